@@ -1,0 +1,504 @@
+//! The command line, parsed into a typed [`Command`] before anything runs.
+//!
+//! Hand-written instead of a parser crate: the grammar is four flags and a
+//! handful of subcommands, and every dependency is paid for by each app that
+//! bundles us. The parser still does what users expect from a real CLI:
+//! `--flag value` and `--flag=value`, non-UTF-8 endpoint paths, and one clear
+//! error line for each mistake (exit code 2, see [`UsageError`]).
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long `mcp-server` waits for the app's endpoint when `--connect-timeout`
+/// is not given. Long enough for an app that is still starting its listener,
+/// short enough that a CLI showing "starting MCP server..." never hangs.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest `--connect-timeout` accepted, in seconds (one day). Larger values
+/// are certainly a typo, and would overflow the timer's `Instant` arithmetic.
+const MAX_CONNECT_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Print the usage text on stdout and exit 0.
+    Help,
+    /// Print the version line on stdout and exit 0.
+    Version,
+    /// Relay stdio to an endpoint: the job an MCP CLI spawns us for.
+    McpServer(BridgeArgs),
+    /// Run a self-contained demonstration session.
+    Demo,
+}
+
+/// The arguments of `mcp-bridge mcp-server`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BridgeArgs {
+    /// Socket path (Unix) or pipe name (Windows) of the app's MCP server.
+    pub endpoint: PathBuf,
+    /// Project id sent in the handshake; empty when not given.
+    pub project: String,
+    /// Requester (agent) id sent in the handshake; empty when not given.
+    pub requester: String,
+    /// Upper bound on connecting to the endpoint.
+    pub connect_timeout: Duration,
+}
+
+/// A command line that cannot be run. Its Display text is one line naming the
+/// problem; the binary adds the hint to `--help` and exits with code 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage_error(message: impl Into<String>) -> UsageError {
+    UsageError(message.into())
+}
+
+/// The text printed by `--help`.
+pub fn usage() -> String {
+    format!(
+        "\
+mcp-bridge {version}: relay an MCP CLI's stdio to an MCP server inside a desktop app
+
+USAGE:
+    mcp-bridge mcp-server --endpoint <PATH> [--project <ID>] [--requester <ID>]
+                          [--connect-timeout <SECONDS>]
+    mcp-bridge demo
+    mcp-bridge --help | --version
+
+COMMANDS:
+    mcp-server   Connect to the app's endpoint, send one handshake line
+                 {{\"project\":\"<ID>\",\"requester\":\"<ID>\"}}, then relay stdin to the
+                 endpoint and the endpoint to stdout, byte for byte. This is the
+                 command to put in an MCP CLI's server configuration.
+    demo         Start a throw-away MCP host, run a short session through this
+                 bridge exactly as an MCP CLI would, and print the transcript.
+    help         Print this text.
+
+OPTIONS (mcp-server):
+    --endpoint <PATH>            Unix socket path, or \\\\.\\pipe\\<NAME> on Windows (required)
+    --project <ID>               Project id for the handshake (default: empty)
+    --requester <ID>             Requesting agent id for the handshake (default: empty)
+    --connect-timeout <SECONDS>  Give up connecting after this long (default: {timeout})
+    -h, --help                   Print this text
+    -V, --version                Print the version, git commit and target
+
+Every flag also accepts --flag=value.
+
+BEHAVIOUR:
+    stdout carries only bytes relayed from the endpoint; diagnostics go to stderr,
+    prefixed 'mcp-bridge:'. When stdin closes, the bridge half-closes the
+    connection and still relays replies for up to 1 second. When the app hangs
+    up, the bridge exits.
+
+EXIT STATUS:
+    0  clean end: stdin closed, the app hung up, or stdout's reader went away
+    1  runtime failure: endpoint unreachable, connection or I/O error
+    2  usage error: bad command line
+",
+        version = env!("CARGO_PKG_VERSION"),
+        timeout = DEFAULT_CONNECT_TIMEOUT.as_secs(),
+    )
+}
+
+/// The line printed by `--version`: version, git commit and target triple,
+/// the last two recorded by `build.rs`.
+pub fn version_line() -> String {
+    format!(
+        "mcp-bridge {} ({}, {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("MCP_BRIDGE_GIT_COMMIT"),
+        env!("MCP_BRIDGE_TARGET"),
+    )
+}
+
+/// Parses the arguments after the program name.
+///
+/// ```
+/// use mcp_bridge::cli::{parse, Command};
+///
+/// let command = parse(["mcp-server", "--endpoint=/tmp/app.sock", "--project", "p1"]).unwrap();
+/// match command {
+///     Command::McpServer(args) => {
+///         assert_eq!(args.endpoint, std::path::Path::new("/tmp/app.sock"));
+///         assert_eq!(args.project, "p1");
+///         assert_eq!(args.requester, "");
+///     }
+///     other => panic!("unexpected {:?}", other),
+/// }
+/// assert!(parse(["mcp-server"]).is_err());
+/// ```
+pub fn parse<I, S>(args: I) -> Result<Command, UsageError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let mut args = args.into_iter().map(Into::into);
+    let first = match args.next() {
+        Some(first) => first,
+        None => return Err(usage_error("no command given")),
+    };
+    match first.to_str() {
+        Some("-h") | Some("--help") | Some("help") => Ok(Command::Help),
+        Some("-V") | Some("--version") => Ok(Command::Version),
+        Some("mcp-server") => parse_mcp_server(args),
+        Some("demo") => match args.next() {
+            None => Ok(Command::Demo),
+            Some(extra) => Err(unexpected(&extra, "demo")),
+        },
+        _ => Err(usage_error(format!(
+            "unknown command '{}' (expected mcp-server, demo or help)",
+            first.to_string_lossy()
+        ))),
+    }
+}
+
+fn parse_mcp_server(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut endpoint: Option<OsString> = None;
+    let mut project: Option<String> = None;
+    let mut requester: Option<String> = None;
+    let mut timeout: Option<Duration> = None;
+
+    while let Some(arg) = args.next() {
+        let (name, inline) = match split_flag(&arg) {
+            Some(parts) => parts,
+            None => return Err(unexpected(&arg, "mcp-server")),
+        };
+        if name == "-h" || name == "--help" {
+            return Ok(Command::Help);
+        }
+        if !matches!(
+            name.as_str(),
+            "--endpoint" | "--project" | "--requester" | "--connect-timeout"
+        ) {
+            return Err(usage_error(format!("unknown option '{}'", name)));
+        }
+        let value = match inline.or_else(|| args.next()) {
+            Some(value) => value,
+            None => return Err(usage_error(format!("option '{}' needs a value", name))),
+        };
+        let repeated = match name.as_str() {
+            "--endpoint" => endpoint.replace(value).is_some(),
+            "--project" => project.replace(utf8(&name, value)?).is_some(),
+            "--requester" => requester.replace(utf8(&name, value)?).is_some(),
+            _ => timeout.replace(parse_timeout(&value)?).is_some(),
+        };
+        if repeated {
+            return Err(usage_error(format!(
+                "option '{}' given more than once",
+                name
+            )));
+        }
+    }
+
+    let endpoint = match endpoint {
+        Some(endpoint) if !endpoint.is_empty() => PathBuf::from(endpoint),
+        Some(_) => return Err(usage_error("option '--endpoint' must not be empty")),
+        None => return Err(usage_error("missing required option '--endpoint <PATH>'")),
+    };
+    Ok(Command::McpServer(BridgeArgs {
+        endpoint,
+        project: project.unwrap_or_default(),
+        requester: requester.unwrap_or_default(),
+        connect_timeout: timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+    }))
+}
+
+fn unexpected(arg: &OsStr, command: &str) -> UsageError {
+    usage_error(format!(
+        "unexpected argument '{}' for '{}'",
+        arg.to_string_lossy(),
+        command
+    ))
+}
+
+fn utf8(name: &str, value: OsString) -> Result<String, UsageError> {
+    value
+        .into_string()
+        .map_err(|_| usage_error(format!("the value of '{}' must be valid UTF-8", name)))
+}
+
+fn parse_timeout(value: &OsStr) -> Result<Duration, UsageError> {
+    let text = value.to_string_lossy();
+    let seconds: f64 = match text.trim().parse() {
+        Ok(seconds) => seconds,
+        Err(_) => {
+            return Err(usage_error(format!(
+                "'--connect-timeout' expects a number of seconds, got '{}'",
+                text
+            )))
+        }
+    };
+    // `!(x > 0)` also rejects NaN.
+    if !(seconds > 0.0 && seconds <= MAX_CONNECT_TIMEOUT_SECS) {
+        return Err(usage_error(format!(
+            "'--connect-timeout' must be more than 0 and at most {} seconds, got '{}'",
+            MAX_CONNECT_TIMEOUT_SECS, text
+        )));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Splits `--name=value` into its name and inline value; `--name` alone has no
+/// inline value. Returns `None` for anything that is not an option (a
+/// positional argument, `-`, or `--`), which `mcp-server` never accepts.
+fn split_flag(arg: &OsStr) -> Option<(String, Option<OsString>)> {
+    let (name, value) = split_once_eq(arg);
+    let name = name.into_string().ok()?;
+    let is_option = name.starts_with('-') && name != "-" && name != "--";
+    if is_option {
+        Some((name, value))
+    } else {
+        None
+    }
+}
+
+/// `OsStr::split_once` does not exist; the flag name is ASCII, so splitting
+/// at the first `=` is done on the platform's raw representation to keep a
+/// non-UTF-8 value (an endpoint path) intact.
+#[cfg(unix)]
+fn split_once_eq(arg: &OsStr) -> (OsString, Option<OsString>) {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = arg.as_bytes();
+    match bytes.iter().position(|&b| b == b'=') {
+        Some(i) => (
+            OsString::from_vec(bytes[..i].to_vec()),
+            Some(OsString::from_vec(bytes[i + 1..].to_vec())),
+        ),
+        None => (arg.to_os_string(), None),
+    }
+}
+
+#[cfg(windows)]
+fn split_once_eq(arg: &OsStr) -> (OsString, Option<OsString>) {
+    use std::os::windows::ffi::{OsStrExt, OsStringExt};
+    let wide: Vec<u16> = arg.encode_wide().collect();
+    match wide.iter().position(|&c| c == u16::from(b'=')) {
+        Some(i) => (
+            OsString::from_wide(&wide[..i]),
+            Some(OsString::from_wide(&wide[i + 1..])),
+        ),
+        None => (arg.to_os_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bridge(args: &[&str]) -> BridgeArgs {
+        let mut full = vec!["mcp-server"];
+        full.extend_from_slice(args);
+        match parse(full) {
+            Ok(Command::McpServer(args)) => args,
+            other => panic!("expected mcp-server args, got {:?}", other),
+        }
+    }
+
+    fn error(args: &[&str]) -> String {
+        match parse(args.iter().copied()) {
+            Err(e) => e.to_string(),
+            Ok(c) => panic!("expected a usage error for {:?}, got {:?}", args, c),
+        }
+    }
+
+    #[test]
+    fn all_flags_space_separated() {
+        let a = bridge(&[
+            "--endpoint",
+            "/tmp/x.sock",
+            "--project",
+            "p1",
+            "--requester",
+            "agent-7",
+            "--connect-timeout",
+            "2.5",
+        ]);
+        assert_eq!(a.endpoint, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(a.project, "p1");
+        assert_eq!(a.requester, "agent-7");
+        assert_eq!(a.connect_timeout, Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn all_flags_with_equals() {
+        let a = bridge(&[
+            "--endpoint=/tmp/x.sock",
+            "--project=p=1",
+            "--requester=",
+            "--connect-timeout=3",
+        ]);
+        assert_eq!(a.endpoint, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(a.project, "p=1", "only the first '=' splits");
+        assert_eq!(a.requester, "");
+        assert_eq!(a.connect_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn identity_defaults_to_empty_and_timeout_to_default() {
+        let a = bridge(&["--endpoint", "/x"]);
+        assert_eq!(a.project, "");
+        assert_eq!(a.requester, "");
+        assert_eq!(a.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+    }
+
+    #[test]
+    fn value_may_start_with_a_dash() {
+        let a = bridge(&["--endpoint", "/x", "--project", "-p"]);
+        assert_eq!(a.project, "-p");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn endpoint_may_be_non_utf8() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let path = OsString::from_vec(b"/tmp/\xff\xfe.sock".to_vec());
+        let mut inline = OsString::from("--endpoint=");
+        inline.push(&path);
+        for args in [
+            vec![
+                OsString::from("mcp-server"),
+                "--endpoint".into(),
+                path.clone(),
+            ],
+            vec![OsString::from("mcp-server"), inline],
+        ] {
+            match parse(args).unwrap() {
+                Command::McpServer(a) => {
+                    assert_eq!(a.endpoint.as_os_str().as_bytes(), path.as_bytes())
+                }
+                other => panic!("{:?}", other),
+            }
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn project_must_be_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(b"\xff".to_vec());
+        let err = parse(vec![
+            OsString::from("mcp-server"),
+            "--endpoint".into(),
+            "/x".into(),
+            "--project".into(),
+            bad,
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--project"), "{}", err);
+        assert!(err.to_string().contains("UTF-8"), "{}", err);
+    }
+
+    #[test]
+    fn help_and_version() {
+        for h in ["-h", "--help", "help"] {
+            assert_eq!(parse([h]).unwrap(), Command::Help);
+        }
+        assert_eq!(
+            parse(["mcp-server", "--help"]).unwrap(),
+            Command::Help,
+            "help wins even without --endpoint"
+        );
+        for v in ["-V", "--version"] {
+            assert_eq!(parse([v]).unwrap(), Command::Version);
+        }
+        assert_eq!(parse(["demo"]).unwrap(), Command::Demo);
+    }
+
+    #[test]
+    fn no_arguments() {
+        assert!(error(&[]).contains("no command"));
+    }
+
+    #[test]
+    fn missing_endpoint() {
+        let e = error(&["mcp-server", "--project", "p"]);
+        assert!(e.contains("missing") && e.contains("--endpoint"), "{}", e);
+        let e = error(&["mcp-server", "--endpoint="]);
+        assert!(e.contains("--endpoint") && e.contains("empty"), "{}", e);
+    }
+
+    #[test]
+    fn flag_without_value() {
+        for flag in [
+            "--endpoint",
+            "--project",
+            "--requester",
+            "--connect-timeout",
+        ] {
+            let e = error(&["mcp-server", flag]);
+            assert!(e.contains(flag) && e.contains("needs a value"), "{}", e);
+        }
+    }
+
+    #[test]
+    fn unknown_flag() {
+        let e = error(&["mcp-server", "--endpoint", "/x", "--bogus"]);
+        assert!(e.contains("unknown option '--bogus'"), "{}", e);
+        let e = error(&["mcp-server", "-x"]);
+        assert!(e.contains("unknown option '-x'"), "{}", e);
+    }
+
+    #[test]
+    fn repeated_flag() {
+        let e = error(&["mcp-server", "--endpoint", "/x", "--endpoint=/y"]);
+        assert!(e.contains("'--endpoint' given more than once"), "{}", e);
+        let e = error(&[
+            "mcp-server",
+            "--endpoint",
+            "/x",
+            "--project=a",
+            "--project",
+            "a",
+        ]);
+        assert!(e.contains("'--project' given more than once"), "{}", e);
+    }
+
+    #[test]
+    fn stray_positional() {
+        let e = error(&["mcp-server", "--endpoint", "/x", "extra"]);
+        assert!(e.contains("unexpected argument 'extra'"), "{}", e);
+        let e = error(&["mcp-server", "--", "--endpoint", "/x"]);
+        assert!(e.contains("unexpected argument '--'"), "{}", e);
+        let e = error(&["demo", "now"]);
+        assert!(e.contains("unexpected argument 'now'"), "{}", e);
+    }
+
+    #[test]
+    fn unknown_command() {
+        let e = error(&["serve-me"]);
+        assert!(e.contains("unknown command 'serve-me'"), "{}", e);
+    }
+
+    #[test]
+    fn bad_timeouts() {
+        for bad in ["soon", "", "1s", "-1", "0", "NaN", "inf", "1e12"] {
+            let e = error(&["mcp-server", "--endpoint", "/x", "--connect-timeout", bad]);
+            assert!(e.contains("--connect-timeout"), "{}: {}", bad, e);
+        }
+    }
+
+    #[test]
+    fn usage_mentions_every_flag_and_exit_code() {
+        let text = usage();
+        for needle in [
+            "--endpoint",
+            "--project",
+            "--requester",
+            "--connect-timeout",
+            "EXIT STATUS",
+            "demo",
+        ] {
+            assert!(text.contains(needle), "usage lacks {}", needle);
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! `mcp-bridge demo`: the whole round trip on one machine, with nothing to
+//! install or configure.
+//!
+//! It plays both outer roles so a user (or a packager checking an installed
+//! binary) can watch the bridge work: a throw-away app host on a private
+//! Unix socket, answering like a tiny MCP server with one `echo` tool; and an
+//! MCP CLI, spawning this same executable as `mcp-server` exactly as a CLI's
+//! `{command, args}` declaration would, then driving a short session through
+//! it. Every step is checked, so a broken install fails loudly instead of
+//! printing a plausible transcript.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use futures_lite::future;
+use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use futures_lite::StreamExt;
+use serde_json::{json, Value};
+use smol::process::{ChildStdin, Command};
+
+use crate::handshake::Handshake;
+
+/// Upper bound on each step of the demo (one reply, the bridge's exit). A
+/// local round trip takes well under a millisecond; this only turns a broken
+/// bridge into a clear error instead of a hang.
+const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+const PROJECT: &str = "demo-project";
+const REQUESTER: &str = "demo-agent";
+
+/// Why the demo failed. The message says which step and what was seen.
+#[derive(Debug)]
+pub struct DemoError(String);
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DemoError {}
+
+fn fail(message: impl Into<String>) -> DemoError {
+    DemoError(message.into())
+}
+
+fn io_fail(what: &str) -> impl Fn(io::Error) -> DemoError + '_ {
+    move |e| fail(format!("{}: {}", what, e))
+}
+
+/// Runs the demo, writing the transcript to `out`.
+pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
+    let dir = TempDir::new().map_err(io_fail("cannot create a temporary directory"))?;
+    let socket = dir.path().join("app.sock");
+    smol::block_on(session(out, &socket))
+}
+
+/// The MCP messages the demo "CLI" sends, in order.
+fn script() -> Vec<Value> {
+    vec![
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "mcp-bridge-demo-cli", "version": env!("CARGO_PKG_VERSION")}
+        }}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"text": "hello through the bridge"}
+        }}),
+    ]
+}
+
+async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
+    let listener = host::bind(socket).map_err(io_fail("cannot start the demo host"))?;
+    let (handshake_tx, handshake_rx) = smol::channel::bounded(1);
+    let host = smol::spawn(host::serve_one(listener, handshake_tx));
+
+    let exe = std::env::current_exe().map_err(io_fail("cannot find this executable"))?;
+    say(
+        out,
+        format!(
+            "mcp-bridge demo: a throw-away MCP host listens on {}",
+            socket.display()
+        ),
+    );
+    say(
+        out,
+        format!(
+            "spawning, as an MCP CLI would: {} mcp-server --endpoint {} --project {} --requester {}\n",
+            exe.display(),
+            socket.display(),
+            PROJECT,
+            REQUESTER
+        ),
+    );
+    let spawned = Instant::now();
+    let mut child = Command::new(&exe)
+        .arg("mcp-server")
+        .arg("--endpoint")
+        .arg(socket)
+        .args(["--project", PROJECT, "--requester", REQUESTER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io_fail("cannot spawn the bridge"))?;
+    let mut stdin = take(child.stdin.take(), "stdin")?;
+    let mut lines = BufReader::new(take(child.stdout.take(), "stdout")?).lines();
+
+    let handshake = within("the host receiving the handshake", async {
+        handshake_rx
+            .recv()
+            .await
+            .map_err(|_| fail("the host stopped before the handshake"))
+    })
+    .await??;
+    say(
+        out,
+        format!(
+            "host   received handshake  {}",
+            String::from_utf8_lossy(&handshake.to_line()).trim_end()
+        ),
+    );
+    if handshake != Handshake::new(PROJECT, REQUESTER) {
+        return Err(fail(format!("unexpected handshake {:?}", handshake)));
+    }
+
+    let mut first_reply = None;
+    for message in script() {
+        let line = message.to_string();
+        say(out, format!("cli -> {}", line));
+        let sent = Instant::now();
+        send(&mut stdin, &line).await?;
+        let id = match message.get("id") {
+            Some(id) => id.clone(),
+            None => {
+                say(
+                    out,
+                    "       (a notification: no reply expected, and none waited for)",
+                );
+                continue;
+            }
+        };
+        let reply = within("a reply", lines.next()).await?;
+        let reply = match reply {
+            Some(Ok(reply)) => reply,
+            Some(Err(e)) => return Err(fail(format!("reading the bridge's stdout: {}", e))),
+            None => return Err(fail("the bridge closed stdout before replying")),
+        };
+        let took = sent.elapsed();
+        first_reply.get_or_insert_with(|| spawned.elapsed());
+        say(out, format!("cli <- {}   ({})", reply, micros(took)));
+        check_reply(&id, &reply)?;
+    }
+
+    say(out, "\ncli closes the bridge's stdin");
+    let closed = Instant::now();
+    drop(stdin);
+    let status = within("the bridge to exit", child.status())
+        .await?
+        .map_err(io_fail("waiting for the bridge"))?;
+    let exit_took = closed.elapsed();
+    let host_result = within("the host to finish", host).await?;
+    let served = host_result.map_err(io_fail("the demo host"))?;
+
+    say(
+        out,
+        format!(
+            "bridge exited with code {}, {} after stdin closed",
+            status.code().map_or_else(
+                || "none (killed by a signal)".to_string(),
+                |c| c.to_string()
+            ),
+            micros(exit_took)
+        ),
+    );
+    say(
+        out,
+        format!(
+            "host answered {} requests; spawn to first reply {}; whole session {}",
+            served,
+            micros(first_reply.unwrap_or_default()),
+            micros(spawned.elapsed())
+        ),
+    );
+    if !status.success() {
+        return Err(fail(format!("the bridge exited with {}", status)));
+    }
+    say(out, "demo OK");
+    Ok(())
+}
+
+fn check_reply(id: &Value, reply: &str) -> Result<(), DemoError> {
+    let value: Value = serde_json::from_str(reply)
+        .map_err(|e| fail(format!("reply is not JSON ({}): {}", e, reply)))?;
+    if value.get("id") != Some(id) {
+        return Err(fail(format!(
+            "expected a reply to id {}, got {}",
+            id, reply
+        )));
+    }
+    if value.get("result").is_none() {
+        return Err(fail(format!("expected a result, got {}", reply)));
+    }
+    Ok(())
+}
+
+fn take<T>(pipe: Option<T>, name: &str) -> Result<T, DemoError> {
+    pipe.ok_or_else(|| fail(format!("the bridge's {} is not piped", name)))
+}
+
+async fn send(stdin: &mut ChildStdin, line: &str) -> Result<(), DemoError> {
+    let mut bytes = line.as_bytes().to_vec();
+    bytes.push(b'\n');
+    let written = async {
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await
+    };
+    written
+        .await
+        .map_err(io_fail("writing to the bridge's stdin"))
+}
+
+async fn within<T>(what: &str, step: impl std::future::Future<Output = T>) -> Result<T, DemoError> {
+    future::or(async { Ok(step.await) }, async {
+        Timer::after(STEP_TIMEOUT).await;
+        Err(fail(format!(
+            "timed out after {:?} waiting for {}",
+            STEP_TIMEOUT, what
+        )))
+    })
+    .await
+}
+
+fn say(out: &mut dyn Write, line: impl AsRef<str>) {
+    // The transcript is best effort: a closed stdout must not fail the demo.
+    let _ = writeln!(out, "{}", line.as_ref());
+}
+
+fn micros(d: Duration) -> String {
+    if d < Duration::from_millis(10) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+/// The demo's stand-in for the app: a tiny MCP server behind a Unix socket.
+#[cfg(unix)]
+mod host {
+    use super::*;
+    use smol::net::unix::UnixListener;
+
+    pub(super) fn bind(path: &Path) -> io::Result<UnixListener> {
+        UnixListener::bind(path)
+    }
+
+    /// Accepts one bridge, reports its handshake, and answers until it hangs
+    /// up. Returns how many requests it answered.
+    pub(super) async fn serve_one(
+        listener: UnixListener,
+        handshake_tx: smol::channel::Sender<Handshake>,
+    ) -> io::Result<usize> {
+        let (stream, _) = listener.accept().await?;
+        let mut writer = stream.clone();
+        let mut lines = BufReader::new(stream).lines();
+        let first = match lines.next().await {
+            Some(line) => line?,
+            None => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no handshake")),
+        };
+        let handshake = Handshake::parse(first.as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let _ = handshake_tx.send(handshake).await;
+        let mut answered = 0;
+        while let Some(line) = lines.next().await {
+            if let Some(reply) = answer(&line?) {
+                let mut bytes = reply.to_string().into_bytes();
+                bytes.push(b'\n');
+                writer.write_all(&bytes).await?;
+                answered += 1;
+            }
+        }
+        Ok(answered)
+    }
+}
+
+/// The reply of the demo host's MCP server to one line, or `None` for a
+/// notification (or a line it cannot read: a real server would log it).
+fn answer(line: &str) -> Option<Value> {
+    let request: Value = serde_json::from_str(line).ok()?;
+    let id = request.get("id")?.clone();
+    let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+    let result = match method {
+        "initialize" => json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "mcp-bridge-demo-host", "version": env!("CARGO_PKG_VERSION")}
+        }),
+        "tools/list" => json!({"tools": [{
+            "name": "echo",
+            "description": "Returns the text it is given.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"]
+            }
+        }]}),
+        "tools/call" if request["params"]["name"] == "echo" => {
+            let text = request["params"]["arguments"]["text"]
+                .as_str()
+                .unwrap_or("");
+            json!({"content": [{"type": "text", "text": text}], "isError": false})
+        }
+        _ => {
+            return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32601, "message": format!("method not found: {}", method)
+            }}))
+        }
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// A private directory for the demo's socket, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> io::Result<TempDir> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("mcp-bridge-demo-{}-{}", std::process::id(), nanos));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&path)?;
+        Ok(TempDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_answers_the_script() {
+        let replies: Vec<Option<Value>> = script().iter().map(|m| answer(&m.to_string())).collect();
+        assert_eq!(
+            replies[0].as_ref().unwrap()["result"]["serverInfo"]["name"],
+            "mcp-bridge-demo-host"
+        );
+        assert!(replies[1].is_none(), "a notification gets no reply");
+        assert_eq!(
+            replies[2].as_ref().unwrap()["result"]["tools"][0]["name"],
+            "echo"
+        );
+        assert_eq!(
+            replies[3].as_ref().unwrap()["result"]["content"][0]["text"],
+            "hello through the bridge"
+        );
+        let unknown = answer("{\"id\":9,\"method\":\"nope\"}").unwrap();
+        assert_eq!(unknown["error"]["code"], -32601);
+    }
+}

@@ -1,0 +1,152 @@
+//! Connecting to the app's local endpoint: a Unix domain socket path, or a
+//! named pipe (`\\.\pipe\NAME`) on Windows.
+//!
+//! The platform code lives in `unix.rs` and `windows.rs`; this file is the one
+//! interface the bridge sees, and the place where every failure becomes a
+//! [`ConnectError`] that names the endpoint and says what to check.
+//! Connecting is always bounded: errors that cannot heal (no such path,
+//! nothing listening, access denied) fail at once, and only "busy, try again"
+//! is retried, until the timeout.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_io::Timer;
+use futures_lite::future;
+use futures_lite::io::{AsyncRead, AsyncWrite};
+
+#[cfg(unix)]
+#[path = "unix.rs"]
+mod sys;
+#[cfg(windows)]
+#[path = "windows.rs"]
+mod sys;
+
+/// How often a busy endpoint (a full listen backlog, every pipe instance in
+/// use) is retried while the connect timeout has not run out.
+const BUSY_RETRY: Duration = Duration::from_millis(10);
+
+/// Connects to `endpoint`, giving up after `timeout`.
+///
+/// Returns the two halves of the connection: reading from the app and writing
+/// to it. Closing the [`Writer`] tells the app that no more requests will come
+/// (a half-close on Unix; see the Windows module for pipes).
+pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writer), ConnectError> {
+    let attempt = async {
+        loop {
+            match sys::connect(endpoint, timeout).await {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Timer::after(BUSY_RETRY).await,
+                other => break other,
+            };
+        }
+    };
+    let timed_out = async {
+        Timer::after(timeout).await;
+        Err(io::ErrorKind::TimedOut.into())
+    };
+    match future::or(attempt, timed_out).await {
+        Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
+        Err(source) => Err(ConnectError {
+            endpoint: endpoint.to_path_buf(),
+            timeout,
+            source,
+        }),
+    }
+}
+
+/// Why [`connect`] failed. Its Display text names the endpoint, the OS
+/// reason, and what to check.
+#[derive(Debug)]
+pub struct ConnectError {
+    endpoint: PathBuf,
+    timeout: Duration,
+    source: io::Error,
+}
+
+impl ConnectError {
+    /// The endpoint that could not be reached.
+    pub fn endpoint(&self) -> &Path {
+        &self.endpoint
+    }
+
+    /// The underlying OS error (`TimedOut` when the timeout ran out).
+    pub fn io_error(&self) -> &io::Error {
+        &self.source
+    }
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoint = self.endpoint.display();
+        if self.source.kind() == io::ErrorKind::TimedOut {
+            return write!(
+                f,
+                "cannot connect to '{}': no connection within {:?}; the app is busy or hung \
+                 (raise --connect-timeout if it is just slow to start)",
+                endpoint, self.timeout
+            );
+        }
+        let hint = match self.source.kind() {
+            io::ErrorKind::NotFound => "it does not exist; is the app running, and is --endpoint right?",
+            io::ErrorKind::ConnectionRefused => {
+                "nothing is listening there; the app may have exited and left the socket file behind"
+            }
+            io::ErrorKind::PermissionDenied => {
+                "permission denied; the endpoint or a directory above it belongs to another user"
+            }
+            io::ErrorKind::InvalidInput => "the path is too long or otherwise not a valid endpoint",
+            _ => "the endpoint could not be opened",
+        };
+        write!(
+            f,
+            "cannot connect to '{}': {} ({})",
+            endpoint, hint, self.source
+        )
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The reading half of a connection to the app.
+#[derive(Debug)]
+pub struct Reader(sys::Reader);
+
+/// The writing half of a connection to the app.
+#[derive(Debug)]
+pub struct Writer(sys::Writer);
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Writer {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_close(cx)
+    }
+}

@@ -1,0 +1,178 @@
+//! The identity line a bridge sends before any relayed byte.
+//!
+//! One app serves many agents in many projects through one endpoint, and the
+//! JSON-RPC stream carries no identity of its own. So the first line on every
+//! connection says who is calling:
+//!
+//! ```text
+//! {"project":"<project id>","requester":"<agent id>"}\n
+//! ```
+//!
+//! It is a separate line, so a host reads exactly one line, parses it with
+//! [`Handshake::parse`], and hands the rest of the stream, untouched, to its
+//! MCP server. Both values are JSON strings escaped by `serde_json`, so any id
+//! (quotes, newlines, non-ASCII) stays on one line and round-trips exactly.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// The caller's identity, as sent on the first line of a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handshake {
+    /// The project the agent works in (empty when the CLI did not say).
+    pub project: String,
+    /// The agent making the requests (empty when the CLI did not say).
+    pub requester: String,
+}
+
+/// Why a handshake line was rejected by [`Handshake::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeError(String);
+
+impl fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid handshake: {}", self.0)
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+impl Handshake {
+    /// Creates a handshake for the given identity.
+    pub fn new(project: impl Into<String>, requester: impl Into<String>) -> Self {
+        Handshake {
+            project: project.into(),
+            requester: requester.into(),
+        }
+    }
+
+    /// The exact bytes sent on the wire, final `\n` included.
+    ///
+    /// ```
+    /// let line = mcp_bridge::handshake::Handshake::new("p\"1", "agent").to_line();
+    /// assert_eq!(line, b"{\"project\":\"p\\\"1\",\"requester\":\"agent\"}\n");
+    /// ```
+    pub fn to_line(&self) -> Vec<u8> {
+        // Written by hand rather than through a `Value` map so the key order
+        // is fixed by this code, not by serde_json's map implementation.
+        let mut line = Vec::with_capacity(32 + self.project.len() + self.requester.len());
+        line.extend_from_slice(b"{\"project\":");
+        line.extend_from_slice(Value::from(self.project.as_str()).to_string().as_bytes());
+        line.extend_from_slice(b",\"requester\":");
+        line.extend_from_slice(Value::from(self.requester.as_str()).to_string().as_bytes());
+        line.extend_from_slice(b"}\n");
+        line
+    }
+
+    /// Parses one handshake line, as a host receives it.
+    ///
+    /// The trailing `\n` (and a `\r` before it) is optional. The line must be a
+    /// JSON object with string fields `project` and `requester`; other fields
+    /// are ignored, so bridges may add some later.
+    ///
+    /// ```
+    /// use mcp_bridge::handshake::Handshake;
+    /// let h = Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"v\":2}\r\n").unwrap();
+    /// assert_eq!(h, Handshake::new("p", "r"));
+    /// assert!(Handshake::parse(b"{\"project\":1}").is_err());
+    /// ```
+    pub fn parse(line: &[u8]) -> Result<Self, HandshakeError> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let value: Value = serde_json::from_slice(line)
+            .map_err(|e| HandshakeError(format!("not JSON ({})", e)))?;
+        let object = match value.as_object() {
+            Some(object) => object,
+            None => return Err(HandshakeError("not a JSON object".into())),
+        };
+        let field = |name: &str| match object.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(HandshakeError(format!("'{}' is not a string", name))),
+            None => Err(HandshakeError(format!("'{}' is missing", name))),
+        };
+        Ok(Handshake {
+            project: field("project")?,
+            requester: field("requester")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(project: &str, requester: &str) {
+        let h = Handshake::new(project, requester);
+        let line = h.to_line();
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(
+            line.iter().filter(|&&b| b == b'\n').count(),
+            1,
+            "exactly one newline, at the end: {:?}",
+            String::from_utf8_lossy(&line)
+        );
+        assert_eq!(Handshake::parse(&line).unwrap(), h);
+        // And any JSON parser reads the same values.
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["project"], project);
+        assert_eq!(v["requester"], requester);
+    }
+
+    #[test]
+    fn plain_ids() {
+        assert_eq!(
+            Handshake::new("p1", "agent-7").to_line(),
+            b"{\"project\":\"p1\",\"requester\":\"agent-7\"}\n"
+        );
+    }
+
+    #[test]
+    fn empty_ids() {
+        assert_eq!(
+            Handshake::default().to_line(),
+            b"{\"project\":\"\",\"requester\":\"\"}\n"
+        );
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        let line = Handshake::new("a\"b", "c\\d").to_line();
+        assert_eq!(
+            line,
+            b"{\"project\":\"a\\\"b\",\"requester\":\"c\\\\d\"}\n".to_vec()
+        );
+        round_trip("a\"b", "c\\d");
+    }
+
+    #[test]
+    fn control_characters_stay_on_one_line() {
+        let line = Handshake::new("line\nbreak\r", "tab\t\u{1}\u{1f}").to_line();
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.contains("line\\nbreak\\r"), "{}", text);
+        assert!(text.contains("tab\\t\\u0001\\u001f"), "{}", text);
+        round_trip("line\nbreak\r", "tab\t\u{1}\u{1f}\u{7f}");
+    }
+
+    #[test]
+    fn non_ascii_round_trips() {
+        round_trip("projet-été", "エージェント🤖");
+    }
+
+    #[test]
+    fn parse_rejects_bad_lines() {
+        for (line, needle) in [
+            (&b"not json"[..], "not JSON"),
+            (b"[1,2]", "not a JSON object"),
+            (b"{\"requester\":\"r\"}", "'project' is missing"),
+            (b"{\"project\":\"p\"}", "'requester' is missing"),
+            (
+                b"{\"project\":1,\"requester\":\"r\"}",
+                "'project' is not a string",
+            ),
+        ] {
+            let e = Handshake::parse(line).unwrap_err().to_string();
+            assert!(e.contains(needle), "{} lacks {}", e, needle);
+        }
+    }
+}

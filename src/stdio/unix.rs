@@ -1,0 +1,164 @@
+//! Unix: stdin and stdout as reactor-driven streams, without setting
+//! `O_NONBLOCK` on the descriptors we inherited.
+//!
+//! `O_NONBLOCK` is a property of the open file description, which our parent
+//! (and anything else it handed the same pipe to) shares. Flipping it under
+//! them can make *their* reads fail with `EAGAIN`. So each kind of stdio gets
+//! non-blocking I/O its own way:
+//!
+//! - **Socket** (Node.js and some IDEs spawn children with socketpairs):
+//!   `recv`/`send` with `MSG_DONTWAIT` make one call non-blocking without
+//!   touching the description.
+//! - **Pipe** (Rust, Python and Go spawners): on Linux, opening
+//!   `/proc/self/fd/N` creates a *new* description of the same pipe, private
+//!   to us, which we may make non-blocking.
+//! - **Anything else** (a terminal, a regular file, `/dev/null`, a pipe where
+//!   `/proc` is unavailable): `blocking`'s thread pool, with one relay buffer
+//!   of capacity rather than its 8 MiB default.
+//!
+//! Why not `splice(2)` for pipes: it holds the pipe's lock while waiting for
+//! socket data, which stalls a client trying to read a reply already in the
+//! pipe: a deadlock for request/response traffic.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::io::{AsFd, BorrowedFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use async_io::Async;
+use futures_lite::io::{AsyncRead, AsyncWrite};
+use futures_lite::ready;
+use rustix::fs::FileType;
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendFlags};
+use smol::Unblock;
+
+use crate::relay::BUFFER_SIZE;
+
+pub(super) type Input = Stdio;
+pub(super) type Output = Stdio;
+
+/// One standard stream, driven in the best way its file type allows.
+#[derive(Debug)]
+pub(super) enum Stdio {
+    /// A socket used with per-call `MSG_DONTWAIT`, its flags left alone.
+    Socket(Async<OwnedFd>),
+    Pipe(Async<File>),
+    Thread(Unblock<File>),
+}
+
+/// Runs a `MSG_DONTWAIT` socket call, waiting for readiness (`poll_ready`)
+/// while it would block.
+fn poll_socket<T>(
+    cx: &mut Context<'_>,
+    mut call: impl FnMut() -> rustix::io::Result<T>,
+    mut poll_ready: impl FnMut(&mut Context<'_>) -> Poll<io::Result<()>>,
+) -> Poll<io::Result<T>> {
+    loop {
+        match call() {
+            Err(Errno::AGAIN) => ready!(poll_ready(cx))?,
+            Err(Errno::INTR) => {}
+            other => return Poll::Ready(other.map_err(io::Error::from)),
+        }
+    }
+}
+
+pub(super) fn stdin() -> io::Result<Stdio> {
+    open(io::stdin().as_fd(), false)
+}
+
+pub(super) fn stdout() -> io::Result<Stdio> {
+    open(io::stdout().as_fd(), true)
+}
+
+fn open(fd: BorrowedFd<'_>, write: bool) -> io::Result<Stdio> {
+    let file_type = FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode);
+    // Registration fails for descriptors epoll cannot watch; the thread
+    // fallback below still works for those.
+    if file_type == FileType::Socket {
+        if let Ok(socket) = Async::new_nonblocking(fd.try_clone_to_owned()?) {
+            return Ok(Stdio::Socket(socket));
+        }
+    }
+    if file_type == FileType::Fifo {
+        if let Some(pipe) = reopen_private(fd, write) {
+            if let Ok(pipe) = Async::new(pipe) {
+                return Ok(Stdio::Pipe(pipe));
+            }
+        }
+    }
+    let file = File::from(fd.try_clone_to_owned()?);
+    Ok(Stdio::Thread(Unblock::with_capacity(BUFFER_SIZE, file)))
+}
+
+/// A new, non-blocking open file description of the same pipe.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn reopen_private(fd: BorrowedFd<'_>, write: bool) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .ok()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn reopen_private(_fd: BorrowedFd<'_>, _write: bool) -> Option<File> {
+    None
+}
+
+impl AsyncRead for Stdio {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stdio::Socket(s) => poll_socket(
+                cx,
+                || rustix::net::recv(s.get_ref(), &mut *buf, RecvFlags::DONTWAIT).map(|(n, _)| n),
+                |cx| s.poll_readable(cx),
+            ),
+            Stdio::Pipe(p) => Pin::new(p).poll_read(cx, buf),
+            Stdio::Thread(t) => Pin::new(t).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stdio {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            // MSG_NOSIGNAL: a closed reader is an EPIPE error, never SIGPIPE.
+            Stdio::Socket(s) => poll_socket(
+                cx,
+                || rustix::net::send(s.get_ref(), buf, SendFlags::DONTWAIT | SendFlags::NOSIGNAL),
+                |cx| s.poll_writable(cx),
+            ),
+            Stdio::Pipe(p) => Pin::new(p).poll_write(cx, buf),
+            Stdio::Thread(t) => Pin::new(t).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stdio::Socket(_) => Poll::Ready(Ok(())),
+            Stdio::Pipe(p) => Pin::new(p).poll_flush(cx),
+            Stdio::Thread(t) => Pin::new(t).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stdio::Socket(_) => Poll::Ready(Ok(())),
+            Stdio::Pipe(p) => Pin::new(p).poll_close(cx),
+            Stdio::Thread(t) => Pin::new(t).poll_close(cx),
+        }
+    }
+}
