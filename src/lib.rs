@@ -53,6 +53,7 @@
 //! # #[cfg(not(unix))] fn main() {}
 //! ```
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+#![deny(unsafe_code)]
 
 pub mod app_server;
 pub mod bridge;
@@ -62,3 +63,5 @@ pub mod endpoint;
 pub mod handshake;
 pub mod relay;
 pub mod stdio;
+#[allow(unsafe_code, dead_code)]
+mod sys;

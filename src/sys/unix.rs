@@ -1,0 +1,1 @@
+//! Unix calls without a safe wrapper elsewhere (none needed yet).

@@ -1,0 +1,1 @@
+//! Win32 calls without a safe wrapper elsewhere (being written).
