@@ -1,0 +1,683 @@
+//! The `mcp-bridge` binary, spawned as an MCP CLI would spawn it, against a
+//! real Unix socket host in a temporary directory.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+
+/// A private temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let path =
+            std::env::temp_dir().join(format!("mcpb-{}-{}-{}", tag, std::process::id(), nanos));
+        std::fs::create_dir(&path).unwrap();
+        TempDir(path)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.0.join("app.sock")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn bridge(endpoint: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("mcp-server")
+        .arg("--endpoint")
+        .arg(endpoint)
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn spawn_bridge(endpoint: &Path) -> Child {
+    bridge(endpoint, &["--project", "proj-1", "--requester", "agent-9"])
+        .spawn()
+        .expect("spawn mcp-bridge")
+}
+
+/// Waits for `child` to exit, killing it and failing the test after `limit`.
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mcp-bridge still running after {:?}", limit);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// Accepts one connection, reads the handshake line, and reports it; then
+/// runs `then` on the rest of the connection (the buffered reader, so no byte
+/// after the handshake is lost, and a writer).
+fn host<F>(listener: UnixListener, then: F) -> (mpsc::Receiver<String>, thread::JoinHandle<()>)
+where
+    F: FnOnce(BufReader<UnixStream>, UnixStream) + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut handshake = String::new();
+        reader.read_line(&mut handshake).unwrap();
+        tx.send(handshake).unwrap();
+        then(reader, writer);
+    });
+    (rx, handle)
+}
+
+/// A host that sends back every byte it receives after the handshake, and
+/// closes (EOF) when the bridge half-closes.
+fn echo_host(listener: UnixListener) -> (mpsc::Receiver<String>, thread::JoinHandle<()>) {
+    host(listener, |mut reader, mut writer| {
+        std::io::copy(&mut reader, &mut writer).unwrap();
+    })
+}
+
+/// Sends `input` through a bridge to an echo host and returns what came back
+/// on stdout, plus the bridge's peak resident memory in KiB.
+fn echo_through_bridge(input: Vec<u8>) -> (Vec<u8>, u64) {
+    let dir = TempDir::new("echo");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (handshake, host) = echo_host(listener);
+    let mut child = spawn_bridge(&dir.socket());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let expected = input.len();
+    let reader = thread::spawn(move || {
+        let mut out = vec![0u8; expected];
+        stdout.read_exact(&mut out).unwrap();
+        (out, stdout)
+    });
+    stdin.write_all(&input).unwrap();
+    stdin.flush().unwrap();
+    let (out, mut stdout) = reader.join().unwrap();
+    let peak_kib = peak_rss_kib(child.id());
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{} unexpected extra bytes", rest.len());
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{:?}: {}", status, stderr_of(&mut child));
+    assert_eq!(
+        handshake.recv().unwrap(),
+        "{\"project\":\"proj-1\",\"requester\":\"agent-9\"}\n"
+    );
+    host.join().unwrap();
+    (out, peak_kib)
+}
+
+/// The process's peak resident set (`VmHWM`), read while it is still alive.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid)).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn end_to_end_with_handshake() {
+    let dir = TempDir::new("e2e");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (handshake, host) = host(listener, |mut reader, mut writer| {
+        let mut request = String::new();
+        reader.read_line(&mut request).unwrap();
+        assert_eq!(
+            request,
+            "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\"}\n"
+        );
+        writer
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n")
+            .unwrap();
+        // Stay until the bridge half-closes.
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\"}\n")
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut reply = String::new();
+    stdout.read_line(&mut reply).unwrap();
+    assert_eq!(reply, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n");
+    drop(stdin);
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        handshake.recv().unwrap(),
+        "{\"project\":\"proj-1\",\"requester\":\"agent-9\"}\n"
+    );
+    host.join().unwrap();
+    assert_eq!(stderr_of(&mut child), "", "a clean session prints nothing");
+}
+
+#[test]
+fn handshake_escapes_identity() {
+    let dir = TempDir::new("escape");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (handshake, host) = host(listener, |_, _| {});
+    let mut child = bridge(
+        &dir.socket(),
+        &["--project=a\"b\\c", "--requester", "agent\nété"],
+    )
+    .spawn()
+    .unwrap();
+    drop(child.stdin.take());
+    let line = handshake.recv().unwrap();
+    assert_eq!(
+        line,
+        "{\"project\":\"a\\\"b\\\\c\",\"requester\":\"agent\\nété\"}\n"
+    );
+    host.join().unwrap();
+    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+}
+
+#[test]
+fn absent_endpoint_fails_fast_and_names_the_path() {
+    let dir = TempDir::new("absent");
+    let start = Instant::now();
+    let mut child = spawn_bridge(&dir.socket());
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    let took = start.elapsed();
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(1));
+    assert!(took < Duration::from_secs(1), "took {:?}", took);
+    assert!(stderr.starts_with("mcp-bridge: "), "{}", stderr);
+    assert!(
+        stderr.contains(&*dir.socket().to_string_lossy()),
+        "{}",
+        stderr
+    );
+    assert!(stderr.contains("does not exist"), "{}", stderr);
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(out.is_empty(), "stdout is the protocol: nothing on it");
+}
+
+/// Runs the bridge against an endpoint that cannot be connected to and
+/// returns its stderr, checking the exit code and that it did not wait for
+/// the (long) connect timeout.
+fn connect_failure(endpoint: &Path, setup: impl FnOnce(&mut Command)) -> String {
+    let mut command = bridge(endpoint, &["--connect-timeout", "30"]);
+    setup(&mut command);
+    let start = Instant::now();
+    let mut child = command.spawn().unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    let took = start.elapsed();
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(1), "{}", stderr);
+    assert!(
+        took < Duration::from_secs(2),
+        "waited {:?}: {}",
+        took,
+        stderr
+    );
+    assert!(
+        stderr.contains(&*endpoint.to_string_lossy()),
+        "names the endpoint: {}",
+        stderr
+    );
+    stderr
+}
+
+#[test]
+fn stale_socket_is_refused_at_once() {
+    let dir = TempDir::new("stale");
+    drop(UnixListener::bind(dir.socket()).unwrap());
+    let stderr = connect_failure(&dir.socket(), |_| {});
+    assert!(stderr.contains("nothing is listening"), "{}", stderr);
+}
+
+#[test]
+fn regular_file_is_not_an_endpoint() {
+    let dir = TempDir::new("file");
+    std::fs::write(dir.socket(), b"not a socket").unwrap();
+    let stderr = connect_failure(&dir.socket(), |_| {});
+    assert!(stderr.contains("os error"), "{}", stderr);
+}
+
+#[test]
+fn path_too_long_for_sun_path() {
+    let dir = TempDir::new("long");
+    let long = dir.0.join("x".repeat(200));
+    let stderr = connect_failure(&long, |_| {});
+    assert!(stderr.contains("too long"), "{}", stderr);
+}
+
+#[test]
+fn permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("perm");
+    let private = dir.0.join("private");
+    std::fs::create_dir(&private).unwrap();
+    let socket = private.join("app.sock");
+    let _listener = UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let as_root = rustix::process::geteuid().is_root();
+    let stderr = connect_failure(&socket, |command| {
+        if as_root {
+            // Root ignores permissions: run the bridge as nobody instead.
+            std::os::unix::process::CommandExt::uid(command, 65534);
+        }
+    });
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(stderr.contains("permission denied"), "{}", stderr);
+}
+
+/// A host whose listen backlog is full and who never accepts: the bridge
+/// retries until its connect timeout, then fails with exit 1.
+#[test]
+fn connect_is_bounded_by_the_timeout() {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let dir = TempDir::new("backlog");
+    let listener = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(&listener, &SocketAddrUnix::new(dir.socket()).unwrap()).unwrap();
+    rustix::net::listen(&listener, 0).unwrap();
+    // Fill the backlog with connections nobody accepts.
+    let mut fillers = Vec::new();
+    loop {
+        let s = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        match rustix::net::connect(&s, &SocketAddrUnix::new(dir.socket()).unwrap()) {
+            Ok(()) => fillers.push(s),
+            Err(e) if e == rustix::io::Errno::AGAIN => break,
+            Err(e) => panic!("filling the backlog: {}", e),
+        }
+        assert!(fillers.len() < 1000, "backlog never filled");
+    }
+    let start = Instant::now();
+    let mut child = bridge(&dir.socket(), &["--connect-timeout", "0.4"])
+        .spawn()
+        .unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    let took = start.elapsed();
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(1), "{}", stderr);
+    assert!(
+        took >= Duration::from_millis(400),
+        "gave up early: {:?}: {}",
+        took,
+        stderr
+    );
+    assert!(
+        stderr.contains("no connection within"),
+        "names the timeout: {}",
+        stderr
+    );
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["mcp-server"], "missing required option '--endpoint"),
+        (&["mcp-server", "--endpoint"], "'--endpoint' needs a value"),
+        (
+            &["mcp-server", "--endpoint", "/x", "--project"],
+            "'--project' needs a value",
+        ),
+        (
+            &["mcp-server", "--endpoint", "/x", "--bogus"],
+            "unknown option '--bogus'",
+        ),
+        (
+            &["mcp-server", "--endpoint", "/x", "--endpoint", "/y"],
+            "'--endpoint' given more than once",
+        ),
+        (
+            &["mcp-server", "--endpoint", "/x", "stray"],
+            "unexpected argument 'stray'",
+        ),
+        (
+            &[
+                "mcp-server",
+                "--endpoint",
+                "/x",
+                "--connect-timeout",
+                "soon",
+            ],
+            "expects a number of seconds",
+        ),
+        (&["frobnicate"], "unknown command 'frobnicate'"),
+    ];
+    for (args, needle) in cases {
+        let out = run(args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{:?}: {}", args, stderr);
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{:?}: one line: {}",
+            args,
+            stderr
+        );
+        assert!(stderr.starts_with("mcp-bridge: "), "{}", stderr);
+        assert!(stderr.contains(needle), "{:?}: {}", args, stderr);
+        assert!(stderr.contains("--help"), "hint to --help: {}", stderr);
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn no_arguments_prints_usage_on_stderr() {
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8(out.stderr).unwrap().contains("USAGE"));
+}
+
+#[test]
+fn help_goes_to_stdout() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["help"],
+        &["mcp-server", "--help"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(0), "{:?}", args);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("mcp-server --endpoint <PATH>"), "{}", text);
+        assert!(text.contains("EXIT STATUS"), "{}", text);
+        assert!(out.stderr.is_empty());
+    }
+}
+
+#[test]
+fn version_names_commit_and_target() {
+    for flag in ["--version", "-V"] {
+        let out = run(&[flag]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let expected_start = format!("mcp-bridge {} (", env!("CARGO_PKG_VERSION"));
+        assert!(text.starts_with(&expected_start), "{}", text);
+        assert!(text.trim_end().ends_with(')'), "{}", text);
+        // "(<commit or unknown>, <target triple>)"
+        let inner = &text[expected_start.len()..text.trim_end().len() - 1];
+        let mut parts = inner.split(", ");
+        let commit = parts.next().unwrap();
+        let target = parts.next().unwrap();
+        assert!(
+            commit == "unknown" || commit.chars().all(|c| c.is_ascii_hexdigit()),
+            "{}",
+            text
+        );
+        assert!(target.contains(std::env::consts::ARCH), "{}", text);
+    }
+}
+
+#[test]
+fn stdin_eof_right_after_connect_exits_0() {
+    let dir = TempDir::new("eof");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (saw_eof_tx, saw_eof) = mpsc::channel();
+    let (handshake, host) = host(listener, move |mut reader, _writer| {
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        saw_eof_tx.send(rest).unwrap();
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    drop(child.stdin.take());
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
+    assert_eq!(
+        handshake.recv().unwrap(),
+        "{\"project\":\"proj-1\",\"requester\":\"agent-9\"}\n"
+    );
+    assert!(
+        saw_eof.recv().unwrap().is_empty(),
+        "host saw EOF, nothing else"
+    );
+    host.join().unwrap();
+}
+
+/// stdin closes while a reply is still being computed: the reply reaches
+/// stdout anyway (the drain), then the bridge exits 0.
+#[test]
+fn in_flight_reply_is_drained_after_stdin_eof() {
+    let dir = TempDir::new("drain");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (_handshake, host) = host(listener, |mut reader, mut writer| {
+        let mut request = String::new();
+        reader.read_line(&mut request).unwrap();
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap(); // the half-close
+        thread::sleep(Duration::from_millis(300));
+        writer
+            .write_all(b"{\"id\":1,\"result\":\"late\"}\n")
+            .unwrap();
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"id\":1,\"method\":\"slow\"}\n")
+        .unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "{\"id\":1,\"result\":\"late\"}\n");
+    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    host.join().unwrap();
+}
+
+/// A host that never answers and never closes cannot keep the bridge alive
+/// after stdin closes: the drain grace (1 s) bounds it.
+#[test]
+fn drain_is_bounded_when_the_host_never_answers() {
+    let dir = TempDir::new("silent");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (release_tx, release) = mpsc::channel::<()>();
+    let (_handshake, host) = host(listener, move |_reader, _writer| {
+        // Hold the connection open, reading nothing, until the test ends.
+        let _ = release.recv();
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"id\":1,\"method\":\"never\"}\n")
+        .unwrap();
+    let start = Instant::now();
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    release_tx.send(()).unwrap();
+    host.join().unwrap();
+}
+
+#[test]
+fn host_hang_up_ends_the_bridge_within_a_second() {
+    let dir = TempDir::new("hangup");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (hang_up_tx, hang_up) = mpsc::channel::<()>();
+    let (_handshake, host) = host(listener, move |_reader, mut writer| {
+        writer.write_all(b"{\"method\":\"bye\"}").unwrap();
+        hang_up.recv().unwrap();
+        // Dropping both halves closes the connection.
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    let _stdin = child.stdin.take().unwrap(); // held open: only the host ends it
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    let start = Instant::now();
+    hang_up_tx.send(()).unwrap();
+    host.join().unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    let took = start.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
+    assert!(took < Duration::from_secs(1), "took {:?}", took);
+    assert_eq!(
+        &first, b"{\"method\":\"bye\"}",
+        "the last partial line arrived"
+    );
+}
+
+#[test]
+fn odd_bytes_are_relayed_exactly_both_ways() {
+    let input =
+        b"\xff\xfe invalid utf-8\n{\"crlf\":true}\r\nnul\x00byte\n\x00\x00\nno final newline"
+            .to_vec();
+    let (out, _) = echo_through_bridge(input.clone());
+    assert_eq!(out, input);
+}
+
+#[test]
+fn a_64_mib_line_each_way_with_bounded_memory() {
+    let mut line: Vec<u8> = (0..64 * 1024 * 1024)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect();
+    line.push(b'\n');
+    let (out, peak_kib) = echo_through_bridge(line.clone());
+    assert_eq!(out.len(), line.len());
+    assert!(out == line, "64 MiB line corrupted");
+    // A line-buffering relay would hold the whole line: 64 MiB or more.
+    assert!(peak_kib < 16 * 1024, "peak RSS {} KiB", peak_kib);
+}
+
+#[test]
+fn a_thousand_round_trips_in_order() {
+    let dir = TempDir::new("rtt");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (_handshake, host) = host(listener, |reader, mut writer| {
+        for line in reader.lines() {
+            let line = line.unwrap();
+            let id: u64 = line
+                .trim_start_matches("{\"id\":")
+                .trim_end_matches('}')
+                .parse()
+                .unwrap();
+            writeln!(writer, "{{\"id\":{},\"result\":{}}}", id, id * 2).unwrap();
+        }
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut reply = String::new();
+    for id in 0..1000u64 {
+        writeln!(stdin, "{{\"id\":{}}}", id).unwrap();
+        reply.clear();
+        stdout.read_line(&mut reply).unwrap();
+        assert_eq!(reply, format!("{{\"id\":{},\"result\":{}}}\n", id, id * 2));
+    }
+    drop(stdin);
+    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    host.join().unwrap();
+}
+
+/// The CLI stopped reading (closed our stdout): the next reply cannot be
+/// delivered, and the bridge leaves quietly instead of spinning.
+#[test]
+fn closed_stdout_ends_the_bridge_quietly() {
+    let dir = TempDir::new("stdout");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let (_handshake, host) = host(listener, move |_reader, mut writer| {
+        go.recv().unwrap();
+        // Keep writing until the bridge goes away.
+        let chunk = [b'x'; 4096];
+        while writer.write_all(&chunk).is_ok() {}
+    });
+    let mut child = spawn_bridge(&dir.socket());
+    let _stdin = child.stdin.take().unwrap(); // still open
+    drop(child.stdout.take()); // the reader goes away
+    go_tx.send(()).unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(stderr_of(&mut child), "", "quietly");
+    host.join().unwrap();
+}
+
+#[test]
+fn demo_runs_a_session() {
+    let out = Command::new(BIN).arg("demo").output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("{\"project\":\"demo-project\",\"requester\":\"demo-agent\"}"),
+        "{}",
+        stdout
+    );
+    assert!(stdout.contains("\"name\":\"echo\""), "{}", stdout);
+    assert!(stdout.contains("hello through the bridge"), "{}", stdout);
+    assert!(stdout.contains("bridge exited with code 0"), "{}", stdout);
+    assert!(stdout.trim_end().ends_with("demo OK"), "{}", stdout);
+}
