@@ -323,7 +323,10 @@ mod tests {
     #[test]
     fn error_object_without_message_keeps_the_object_text() {
         let error = AppServerError::from_error_object(&serde_json::json!({"code": 5}));
-        assert_eq!(error.to_string(), "App-server returned error 5: {\"code\":5}");
+        assert_eq!(
+            error.to_string(),
+            "App-server returned error 5: {\"code\":5}"
+        );
     }
 
     #[test]

@@ -222,7 +222,10 @@ mod tests {
         assert!(!response_id_matches(&numeric, &"1".into()));
         assert!(!response_id_matches(&textual, &1.into()));
         assert!(response_id_matches(&numeric, &1.into()));
-        assert!(!response_id_matches(&json!({"id": 1.0, "result": {}}), &1.into()));
+        assert!(!response_id_matches(
+            &json!({"id": 1.0, "result": {}}),
+            &1.into()
+        ));
     }
 
     #[test]
@@ -284,7 +287,8 @@ mod tests {
 
     #[test]
     fn extract_message_from_error_response() {
-        let response = json!({"id": "req-1", "error": {"code": -32600, "message": "Invalid request"}});
+        let response =
+            json!({"id": "req-1", "error": {"code": -32600, "message": "Invalid request"}});
         assert_eq!(
             extract_json_error_message(&response),
             Some("Invalid request".to_string())
@@ -315,7 +319,10 @@ mod tests {
         );
         let without_version = envelope(
             false,
-            vec![("method", Value::from("initialized")), ("params", json!({}))],
+            vec![
+                ("method", Value::from("initialized")),
+                ("params", json!({})),
+            ],
         );
         assert_eq!(
             without_version.to_string(),

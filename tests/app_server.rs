@@ -1,0 +1,611 @@
+//! The app-server module against real child processes: `cat` and small `sh` scripts
+//! standing in for an app-server.
+#![cfg(unix)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use futures_lite::io::Cursor;
+use mcp_bridge::app_server::{
+    shutdown_child, spawn_runtime_command, wait_for_response_line, write_json_line,
+    AppServerClient, AppServerError, Incoming, LineReader, RequestId, STDERR_TAIL_BYTES,
+};
+use rustix::process::{test_kill_process, Pid};
+use serde_json::{json, Value};
+
+/// A budget no healthy run comes near; only a hang exceeds it.
+const GENEROUS: Duration = Duration::from_secs(30);
+
+/// An app-server in `sh`: answers every request with its own params as the result.
+/// Requests arrive with sorted keys, so `params` is last.
+const ECHO_PARAMS: &str = r#"while IFS= read -r line; do
+  printf '%s\n' "$line" | sed -n 's/^{"id":\([0-9]*\),.*"params":\(.*\)}$/{"id":\1,"result":\2}/p'
+done"#;
+
+fn sh(script: &str) -> Command {
+    let mut command = Command::new("sh");
+    command.arg("-c").arg(script);
+    command
+}
+
+fn spawn_client(script: &str) -> AppServerClient {
+    AppServerClient::builder()
+        .request_timeout(GENEROUS)
+        .spawn(sh(script), "fake-app-server")
+        .expect("sh should spawn")
+}
+
+fn assert_reaped(pid: u32) {
+    let pid = Pid::from_raw(pid as i32).expect("a child pid is positive");
+    assert_eq!(
+        test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH),
+        "pid {:?} still exists (zombie or running)",
+        pid
+    );
+}
+
+// ---- Seed-shaped helpers ----
+
+#[test]
+fn write_json_line_writes_one_compact_line() {
+    smol::block_on(async {
+        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
+        let payload = json!({"id": "req-1", "method": "initialize", "params": {"value": 1}});
+
+        write_json_line(&mut process.stdin, &payload).await.unwrap();
+        drop(process.stdin);
+        let mut lines = LineReader::new(process.stdout);
+        let echoed = lines.next_line().await.unwrap().unwrap();
+
+        assert_eq!(echoed, payload.to_string().into_bytes());
+        assert_eq!(lines.next_line().await.unwrap(), None);
+        let status = shutdown_child(&mut process.child).await.unwrap();
+        assert!(status.success());
+    })
+}
+
+#[test]
+fn wait_for_response_line_skips_invalid_foreign_and_child_request_lines() {
+    smol::block_on(async {
+        let stdout = concat!(
+            "not-json\n",
+            "{\"id\":\"other\",\"result\":{}}\n",
+            "{\"id\":\"req-1\",\"method\":\"item/approve\"}\n",
+            "{\"id\":\"req-1\",\"result\":{\"ok\":true}}\r\n",
+        );
+        let mut lines = LineReader::new(Cursor::new(stdout.as_bytes().to_vec()));
+
+        let line = wait_for_response_line(&mut lines, &"req-1".into(), GENEROUS)
+            .await
+            .unwrap();
+
+        assert_eq!(line, "{\"id\":\"req-1\",\"result\":{\"ok\":true}}");
+    })
+}
+
+#[test]
+fn wait_for_response_line_reports_termination_at_end_of_stream() {
+    smol::block_on(async {
+        let stdout = b"{\"id\":\"other\",\"result\":{}}\n".to_vec();
+        let mut lines = LineReader::new(Cursor::new(stdout));
+
+        let result = wait_for_response_line(&mut lines, &"req-1".into(), GENEROUS).await;
+
+        assert!(
+            matches!(result, Err(AppServerError::ProcessTerminated { .. })),
+            "{:?}",
+            result
+        );
+    })
+}
+
+#[test]
+fn wait_for_response_line_times_out_on_a_silent_child() {
+    smol::block_on(async {
+        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
+        let mut lines = LineReader::new(process.stdout);
+
+        let error = wait_for_response_line(&mut lines, &7.into(), Duration::from_millis(200))
+            .await
+            .unwrap_err();
+
+        assert_eq!(
+            error.to_string(),
+            "Timed out waiting for app-server response `7` after 0.2 seconds"
+        );
+        drop(process.stdin);
+        assert!(shutdown_child(&mut process.child).await.unwrap().success());
+    })
+}
+
+#[test]
+fn spawn_failure_names_the_runtime() {
+    let error = spawn_runtime_command(Command::new("/nonexistent/app-server"), "codex")
+        .map(|_| ())
+        .unwrap_err();
+
+    assert!(matches!(error, AppServerError::Spawn { .. }), "{:?}", error);
+    assert!(
+        error.to_string().starts_with("Failed to spawn `codex`: "),
+        "{}",
+        error
+    );
+    assert!(std::error::Error::source(&error).is_some());
+}
+
+// ---- Shutdown ----
+
+#[test]
+fn shutdown_reaps_a_child_that_exits_at_end_of_input() {
+    smol::block_on(async {
+        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
+        let pid = process.child.id();
+        drop(process.stdin);
+
+        let status = shutdown_child(&mut process.child).await.unwrap();
+
+        assert!(status.success());
+        assert_reaped(pid);
+    })
+}
+
+#[test]
+fn shutdown_sends_sigterm_to_a_child_that_ignores_end_of_input() {
+    smol::block_on(async {
+        let mut command = Command::new("sleep");
+        command.arg("60");
+        let mut process = spawn_runtime_command(command, "sleep").unwrap();
+        let pid = process.child.id();
+        drop(process.stdin);
+        let start = Instant::now();
+
+        let status = shutdown_child(&mut process.child).await.unwrap();
+
+        assert_eq!(status.signal(), Some(libc_sigterm()), "{:?}", status);
+        assert!(start.elapsed() < GENEROUS);
+        assert_reaped(pid);
+    })
+}
+
+#[test]
+fn shutdown_kills_a_child_that_ignores_sigterm() {
+    smol::block_on(async {
+        let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
+        let mut process = spawn_runtime_command(sh(script), "stubborn").unwrap();
+        let pid = process.child.id();
+        let mut lines = LineReader::new(process.stdout);
+        // The trap is in place once the child says so.
+        assert_eq!(lines.next_line().await.unwrap(), Some(b"ready".to_vec()));
+        drop(process.stdin);
+
+        let status = shutdown_child(&mut process.child).await.unwrap();
+
+        assert_eq!(status.signal(), Some(libc_sigkill()), "{:?}", status);
+        assert_reaped(pid);
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn shutdown_signals_the_process_group_of_a_child_that_leads_one() {
+    smol::block_on(async {
+        // `setsid` makes the shell lead a new group; its `sleep` helper is in it too.
+        let mut command = Command::new("setsid");
+        command.args(["sh", "-c", "sleep 60 & echo $!; wait"]);
+        let mut process = spawn_runtime_command(command, "group-leader").unwrap();
+        let mut lines = LineReader::new(process.stdout);
+        let helper = lines.next_line().await.unwrap().unwrap();
+        let helper: u32 = String::from_utf8(helper).unwrap().parse().unwrap();
+        drop(process.stdin);
+
+        let status = shutdown_child(&mut process.child).await.unwrap();
+
+        assert_eq!(status.signal(), Some(libc_sigterm()), "{:?}", status);
+        // The helper was not our child, so its parent now reaps it (or, in a container
+        // whose init does not reap, leaves a zombie): either way it stopped running.
+        let deadline = Instant::now() + GENEROUS;
+        while is_running(helper) {
+            assert!(Instant::now() < deadline, "helper {} survived", helper);
+            smol::Timer::after(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid)) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn libc_sigterm() -> i32 {
+    rustix::process::Signal::TERM.as_raw()
+}
+
+fn libc_sigkill() -> i32 {
+    rustix::process::Signal::KILL.as_raw()
+}
+
+// ---- The multiplexing client ----
+
+#[test]
+fn out_of_order_replies_reach_100_concurrent_requests() {
+    smol::block_on(async {
+        // Collects all 100 requests, then answers them last first.
+        let script = r#"head -n 100 \
+          | sed -n 's/^{"id":\([0-9]*\),.*"params":\(.*\)}$/{"id":\1,"result":\2}/p' \
+          | tac
+        cat > /dev/null"#;
+        let client = Arc::new(spawn_client(script));
+
+        let tasks: Vec<_> = (0..100)
+            .map(|n| {
+                let client = client.clone();
+                smol::spawn(async move { (n, client.request("echo", json!({ "n": n })).await) })
+            })
+            .collect();
+        for task in tasks {
+            let (n, result) = task.await;
+            assert_eq!(result.unwrap(), json!({ "n": n }));
+        }
+        assert_eq!(client.invalid_lines(), 0);
+    })
+}
+
+#[test]
+fn notifications_interleaved_with_replies_are_all_delivered_in_order() {
+    smol::block_on(async {
+        let script = r#"n=0
+        while IFS= read -r line; do
+          for step in 1 2 3; do
+            n=$((n + 1))
+            printf '{"method":"progress","params":{"seq":%d}}\n' "$n"
+          done
+          printf '%s\n' "$line" | sed -n 's/^{"id":\([0-9]*\),.*"params":\(.*\)}$/{"id":\1,"result":\2}/p'
+        done"#;
+        let client = spawn_client(script);
+        let incoming = client.incoming();
+
+        let mut expected_seq = 1;
+        for round in 0..10 {
+            let result = client.request("turn", json!({ "round": round })).await;
+            assert_eq!(result.unwrap(), json!({ "round": round }));
+            // Everything written before the reply is already queued when it returns.
+            for _ in 0..3 {
+                let message = incoming.try_recv().expect("notification should be queued");
+                let expected = Incoming::Notification {
+                    method: "progress".to_string(),
+                    params: json!({ "seq": expected_seq }),
+                };
+                assert_eq!(message, expected);
+                expected_seq += 1;
+            }
+            assert!(incoming.try_recv().is_err(), "no extra messages");
+        }
+    })
+}
+
+#[test]
+fn a_child_request_carrying_our_id_is_not_taken_for_the_reply() {
+    smol::block_on(async {
+        // Asks us a question with id 1 (also our request's id), then returns our whole
+        // answer line as the result of our request.
+        let script = r#"IFS= read -r request
+        printf '{"id":1,"method":"item/approve","params":{"cmd":"rm -rf build"}}\n'
+        IFS= read -r answer
+        printf '{"id":1,"result":%s}\n' "$answer"
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+        let incoming = client.incoming();
+
+        let answer_the_child = async {
+            let message = incoming.recv().await.unwrap();
+            assert_eq!(
+                message,
+                Incoming::Request {
+                    id: RequestId::Integer(1),
+                    method: "item/approve".to_string(),
+                    params: json!({"cmd": "rm -rf build"}),
+                }
+            );
+            if let Incoming::Request { id, .. } = message {
+                client
+                    .respond(&id, json!({"decision": "accept"}))
+                    .await
+                    .unwrap();
+            }
+        };
+        let (result, ()) =
+            future::zip(client.request("turn/start", Value::Null), answer_the_child).await;
+
+        assert_eq!(
+            result.unwrap(),
+            json!({"id": 1, "jsonrpc": "2.0", "result": {"decision": "accept"}})
+        );
+    })
+}
+
+#[test]
+fn error_answers_and_the_codex_wire_format_omit_the_version() {
+    smol::block_on(async {
+        let script = r#"IFS= read -r request
+        printf '%s\n' "$request" >&2
+        printf '{"id":"ask-1","method":"exec/approve"}\n'
+        IFS= read -r answer
+        printf '{"id":1,"result":%s}\n' "$answer"
+        cat > /dev/null"#;
+        let client = AppServerClient::builder()
+            .omit_jsonrpc_version()
+            .request_timeout(GENEROUS)
+            .spawn(sh(script), "codex-like")
+            .unwrap();
+        let incoming = client.incoming();
+
+        let refuse = async {
+            let message = incoming.recv().await.unwrap();
+            if let Incoming::Request { id, method, params } = message {
+                assert_eq!(
+                    (id.clone(), method.as_str(), params),
+                    ("ask-1".into(), "exec/approve", Value::Null)
+                );
+                client
+                    .respond_error(&id, -32000, "denied", Some(json!({"why": "policy"})))
+                    .await
+                    .unwrap();
+            } else {
+                panic!("expected a request, got {:?}", message);
+            }
+        };
+        let (result, ()) = future::zip(client.request("turn/start", json!({})), refuse).await;
+
+        assert_eq!(
+            result.unwrap(),
+            json!({"id": "ask-1", "error": {"code": -32000, "message": "denied", "data": {"why": "policy"}}})
+        );
+        // The request itself went out without "jsonrpc" too.
+        let tail = client.stderr_tail().unwrap();
+        assert_eq!(tail, "{\"id\":1,\"method\":\"turn/start\",\"params\":{}}\n");
+    })
+}
+
+#[test]
+fn an_error_response_carries_code_message_and_data() {
+    smol::block_on(async {
+        let script = r#"while IFS= read -r line; do
+          printf '%s\n' "$line" | sed -n 's/^{"id":\([0-9]*\),.*/{"id":\1,"error":{"code":-32601,"message":"Method not found","data":{"method":"nope"}}}/p'
+        done"#;
+        let client = spawn_client(script);
+
+        let error = client.request("nope", Value::Null).await.unwrap_err();
+
+        match error {
+            AppServerError::ErrorResponse {
+                code,
+                message,
+                data,
+            } => {
+                assert_eq!(code, -32601);
+                assert_eq!(message, "Method not found");
+                assert_eq!(data, Some(json!({"method": "nope"})));
+            }
+            other => panic!("expected ErrorResponse, got {:?}", other),
+        }
+    })
+}
+
+#[test]
+fn invalid_lines_are_skipped_and_counted_and_crlf_is_accepted() {
+    smol::block_on(async {
+        let script = r#"IFS= read -r request
+        printf 'not json\n[1,2]\n{"id":1}\n{"id":null,"result":1}\n'
+        printf '{"id":1,"result":"ok"}\r\n'
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+
+        let result = client.request("ping", Value::Null).await;
+
+        assert_eq!(result.unwrap(), json!("ok"));
+        assert_eq!(client.invalid_lines(), 4);
+    })
+}
+
+#[test]
+fn notifications_sent_by_us_reach_the_child() {
+    smol::block_on(async {
+        // `cat` returns everything we send, so our notification comes back as the
+        // child's.
+        let client = AppServerClient::spawn(Command::new("cat"), "cat").unwrap();
+        let incoming = client.incoming();
+
+        client.notify("initialized", json!({"a": 1})).await.unwrap();
+
+        let message = incoming.recv().await.unwrap();
+        assert_eq!(
+            message,
+            Incoming::Notification {
+                method: "initialized".to_string(),
+                params: json!({"a": 1}),
+            }
+        );
+        assert_eq!(message.method(), "initialized");
+    })
+}
+
+#[test]
+fn a_child_that_dies_fails_every_pending_request_at_once() {
+    smol::block_on(async {
+        let script = r#"read -r a; read -r b; read -r c
+        echo 'fatal: out of cheese' >&2
+        exit 3"#;
+        let client = spawn_client(script);
+        let incoming = client.incoming();
+        let start = Instant::now();
+
+        let (first, (second, third)) = future::zip(
+            client.request("a", Value::Null),
+            future::zip(
+                client.request("b", Value::Null),
+                client.request("c", Value::Null),
+            ),
+        )
+        .await;
+
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            start.elapsed()
+        );
+        for result in [first, second, third] {
+            let error = result.unwrap_err();
+            assert!(
+                matches!(error, AppServerError::ProcessTerminated { .. }),
+                "{:?}",
+                error
+            );
+            assert_eq!(error.stderr_tail(), Some("fatal: out of cheese\n"));
+        }
+        let later = client.request("d", Value::Null).await.unwrap_err();
+        assert!(
+            matches!(later, AppServerError::ProcessTerminated { .. }),
+            "{:?}",
+            later
+        );
+        assert!(
+            incoming.recv().await.is_err(),
+            "incoming closes with stdout"
+        );
+        let status = client.shutdown().await.unwrap().unwrap();
+        assert_eq!(status.code(), Some(3));
+    })
+}
+
+#[test]
+fn a_line_over_the_limit_is_an_error_not_an_allocation() {
+    smol::block_on(async {
+        let script = r#"IFS= read -r request
+        head -c 5000 /dev/zero | tr '\0' x
+        printf '\n{"id":1,"result":"too late"}\n'
+        cat > /dev/null"#;
+        let client = AppServerClient::builder()
+            .max_line_length(1000)
+            .request_timeout(GENEROUS)
+            .spawn(sh(script), "verbose")
+            .unwrap();
+
+        let error = client.request("ping", Value::Null).await.unwrap_err();
+
+        assert!(
+            matches!(error, AppServerError::LineTooLong { limit: 1000 }),
+            "{:?}",
+            error
+        );
+    })
+}
+
+#[test]
+fn a_silent_child_times_out_with_its_stderr_attached() {
+    smol::block_on(async {
+        let script = r#"echo 'warming up the model' >&2
+        echo '{"method":"ready"}'
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+        let ready = client.incoming().recv().await.unwrap();
+        assert_eq!(ready.method(), "ready");
+
+        let error = client
+            .request_with_timeout("initialize", json!({}), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+
+        assert_eq!(
+            error.to_string(),
+            "Timed out waiting for app-server response `1` after 0.3 seconds"
+        );
+        assert_eq!(error.stderr_tail(), Some("warming up the model\n"));
+        assert!(
+            format!("{:?}", client).contains("pending: 0"),
+            "{:?}",
+            client
+        );
+    })
+}
+
+#[test]
+fn a_10_mb_stderr_flood_neither_blocks_the_child_nor_outgrows_the_tail() {
+    smol::block_on(async {
+        let script = r#"head -c 10000000 /dev/zero | tr '\0' x >&2
+        echo ' end of flood' >&2
+        IFS= read -r request
+        printf '%s\n' "$request" | sed -n 's/^{"id":\([0-9]*\),.*/{"id":\1,"result":"survived"}/p'
+        IFS= read -r request
+        echo 'last words' >&2
+        exit 1"#;
+        let client = spawn_client(script);
+
+        // Undrained, the child would block on stderr and this would time out.
+        let survived = client.request("first", Value::Null).await;
+        assert_eq!(survived.unwrap(), json!("survived"));
+        let error = client.request("second", Value::Null).await.unwrap_err();
+
+        let tail = error.stderr_tail().expect("the tail comes with the error");
+        assert_eq!(tail.len(), STDERR_TAIL_BYTES);
+        assert!(
+            tail.ends_with("xxx end of flood\nlast words\n"),
+            "{:?}",
+            &tail[tail.len() - 40..]
+        );
+        assert!(tail.bytes().take(tail.len() - 25).all(|byte| byte == b'x'));
+    })
+}
+
+#[test]
+fn client_shutdown_stops_the_child_and_leaves_no_zombie() {
+    smol::block_on(async {
+        let client = spawn_client(ECHO_PARAMS);
+        assert_eq!(
+            client.request("ping", json!([1])).await.unwrap(),
+            json!([1])
+        );
+        let pid = client.process_id().unwrap();
+
+        let status = client
+            .shutdown()
+            .await
+            .unwrap()
+            .expect("a child was spawned");
+
+        assert!(status.success(), "{:?}", status);
+        assert_reaped(pid);
+    })
+}
+
+#[test]
+fn a_client_over_plain_streams_reads_until_they_end() {
+    smol::block_on(async {
+        let stdout = Cursor::new(b"{\"method\":\"hello\"}\n".to_vec());
+        let client = AppServerClient::builder().connect(stdout, Vec::new());
+
+        let hello = client.incoming().recv().await.unwrap();
+        assert_eq!(hello.method(), "hello");
+        assert!(client.incoming().recv().await.is_err());
+        let error = client.request("ping", Value::Null).await.unwrap_err();
+        assert!(
+            matches!(error, AppServerError::ProcessTerminated { .. }),
+            "{:?}",
+            error
+        );
+        assert_eq!(client.process_id(), None);
+        assert!(client.shutdown().await.unwrap().is_none());
+    })
+}
