@@ -16,6 +16,15 @@ use std::time::Duration;
 /// short enough that a CLI showing "starting MCP server..." never hangs.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many connections `serve` runs at once when `--max-connections` is
+/// not given. Each one is a child process; this is plenty for the agents of
+/// one user, and stops a runaway client from forking without bound.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// Largest `--max-connections` accepted: beyond it, the process and file
+/// descriptor limits of any ordinary system run out first.
+const MAX_MAX_CONNECTIONS: usize = 100_000;
+
 /// Longest `--connect-timeout` accepted, in seconds (one day). Larger values
 /// are certainly a typo, and would overflow the timer's `Instant` arithmetic.
 const MAX_CONNECT_TIMEOUT_SECS: f64 = 86_400.0;
@@ -29,6 +38,8 @@ pub enum Command {
     Version,
     /// Relay stdio to an endpoint: the job an MCP CLI spawns us for.
     McpServer(BridgeArgs),
+    /// Put a stdio MCP server behind an endpoint, one child per connection.
+    Serve(ServeArgs),
     /// Run a self-contained demonstration session.
     Demo,
 }
@@ -44,6 +55,19 @@ pub struct BridgeArgs {
     pub requester: String,
     /// Upper bound on connecting to the endpoint.
     pub connect_timeout: Duration,
+}
+
+/// The arguments of `mcp-bridge serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    /// Socket path (Unix) or pipe name (Windows) to listen on.
+    pub endpoint: PathBuf,
+    /// Connections served at once; more are refused.
+    pub max_connections: usize,
+    /// The program to run for each connection (the first word after `--`).
+    pub program: OsString,
+    /// Its arguments (the rest after `--`).
+    pub args: Vec<OsString>,
 }
 
 /// A command line that cannot be run. Its Display text is one line naming the
@@ -72,6 +96,7 @@ mcp-bridge {version}: relay an MCP CLI's stdio to an MCP server inside a desktop
 USAGE:
     mcp-bridge mcp-server --endpoint <PATH> [--project <ID>] [--requester <ID>]
                           [--connect-timeout <SECONDS>]
+    mcp-bridge serve --endpoint <PATH> [--max-connections <N>] -- <COMMAND> [ARGS...]
     mcp-bridge demo
     mcp-bridge --help | --version
 
@@ -80,6 +105,10 @@ COMMANDS:
                  {{\"project\":\"<ID>\",\"requester\":\"<ID>\"}}, then relay stdin to the
                  endpoint and the endpoint to stdout, byte for byte. This is the
                  command to put in an MCP CLI's server configuration.
+    serve        Listen on <PATH> and put a stdio MCP server behind it: for each
+                 bridge that connects, run <COMMAND> with MCP_BRIDGE_PROJECT and
+                 MCP_BRIDGE_REQUESTER set from its handshake, and relay the
+                 connection to the command's stdin and from its stdout.
     demo         Start a throw-away MCP host, run a short session through this
                  bridge exactly as an MCP CLI would, and print the transcript.
     help         Print this text.
@@ -92,6 +121,12 @@ OPTIONS (mcp-server):
     -h, --help                   Print this text
     -V, --version                Print the version, git commit and target
 
+OPTIONS (serve):
+    --endpoint <PATH>            Socket path to create (required); only this user
+                                 may connect, and a live one is never replaced
+    --max-connections <N>        Refuse connections beyond N at once (default: {max})
+    -- <COMMAND> [ARGS...]       The stdio MCP server to run per connection (required)
+
 Every flag also accepts --flag=value.
 
 BEHAVIOUR:
@@ -99,14 +134,23 @@ BEHAVIOUR:
     prefixed 'mcp-bridge:'. When stdin closes, the bridge half-closes the
     connection and still relays replies for up to 1 second. When the app hangs
     up, the bridge exits.
+    serve: the command's stderr lines appear on serve's stderr, prefixed with
+    '[<requester>]'. When a bridge disconnects, its command's stdin is closed;
+    if it has not exited 1 second later it gets SIGTERM, then SIGKILL. When the
+    command exits, the connection is closed. On SIGINT or SIGTERM, serve stops
+    accepting, removes the socket, stops every command the same way, and
+    exits 0.
 
 EXIT STATUS:
-    0  clean end: stdin closed, the app hung up, or stdout's reader went away
-    1  runtime failure: endpoint unreachable, connection or I/O error
+    0  clean end: stdin closed, the app hung up, or stdout's reader went away;
+       for serve, stopped by SIGINT or SIGTERM
+    1  runtime failure: endpoint unreachable, connection or I/O error; for
+       serve, the endpoint could not be created
     2  usage error: bad command line
 ",
         version = env!("CARGO_PKG_VERSION"),
         timeout = DEFAULT_CONNECT_TIMEOUT.as_secs(),
+        max = DEFAULT_MAX_CONNECTIONS,
     )
 }
 
@@ -151,12 +195,13 @@ where
         Some("-h") | Some("--help") | Some("help") => Ok(Command::Help),
         Some("-V") | Some("--version") => Ok(Command::Version),
         Some("mcp-server") => parse_mcp_server(args),
+        Some("serve") => parse_serve(args),
         Some("demo") => match args.next() {
             None => Ok(Command::Demo),
             Some(extra) => Err(unexpected(&extra, "demo")),
         },
         _ => Err(usage_error(format!(
-            "unknown command '{}' (expected mcp-server, demo or help)",
+            "unknown command '{}' (expected mcp-server, serve, demo or help)",
             first.to_string_lossy()
         ))),
     }
@@ -211,6 +256,83 @@ fn parse_mcp_server(mut args: impl Iterator<Item = OsString>) -> Result<Command,
         requester: requester.unwrap_or_default(),
         connect_timeout: timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
     }))
+}
+
+fn parse_serve(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut endpoint: Option<OsString> = None;
+    let mut max_connections: Option<usize> = None;
+    let mut command: Option<Vec<OsString>> = None;
+
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            command = Some(args.by_ref().collect());
+            break;
+        }
+        let (name, inline) = match split_flag(&arg) {
+            Some(parts) => parts,
+            None => {
+                return Err(usage_error(format!(
+                    "unexpected argument '{}' for 'serve' (the command goes after '--')",
+                    arg.to_string_lossy()
+                )))
+            }
+        };
+        if name == "-h" || name == "--help" {
+            return Ok(Command::Help);
+        }
+        if !matches!(name.as_str(), "--endpoint" | "--max-connections") {
+            return Err(usage_error(format!("unknown option '{}'", name)));
+        }
+        let value = match inline.or_else(|| args.next()) {
+            Some(value) => value,
+            None => return Err(usage_error(format!("option '{}' needs a value", name))),
+        };
+        let repeated = match name.as_str() {
+            "--endpoint" => endpoint.replace(value).is_some(),
+            _ => max_connections
+                .replace(parse_max_connections(&value)?)
+                .is_some(),
+        };
+        if repeated {
+            return Err(usage_error(format!(
+                "option '{}' given more than once",
+                name
+            )));
+        }
+    }
+
+    let endpoint = match endpoint {
+        Some(endpoint) if !endpoint.is_empty() => PathBuf::from(endpoint),
+        Some(_) => return Err(usage_error("option '--endpoint' must not be empty")),
+        None => return Err(usage_error("missing required option '--endpoint <PATH>'")),
+    };
+    let mut command = command.unwrap_or_default().into_iter();
+    let program = match command.next() {
+        Some(program) if !program.is_empty() => program,
+        Some(_) => return Err(usage_error("the command after '--' must not be empty")),
+        None => {
+            return Err(usage_error(
+                "missing the command to serve: put it after '--', e.g. 'serve --endpoint <PATH> -- my-mcp-server'",
+            ))
+        }
+    };
+    Ok(Command::Serve(ServeArgs {
+        endpoint,
+        max_connections: max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        program,
+        args: command.collect(),
+    }))
+}
+
+fn parse_max_connections(value: &OsStr) -> Result<usize, UsageError> {
+    let text = value.to_string_lossy();
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_MAX_CONNECTIONS).contains(&n) => Ok(n),
+        _ => Err(usage_error(format!(
+            "'--max-connections' expects a whole number from 1 to {}, got '{}'",
+            MAX_MAX_CONNECTIONS, text
+        ))),
+    }
 }
 
 fn unexpected(arg: &OsStr, command: &str) -> UsageError {
@@ -487,6 +609,122 @@ mod tests {
         }
     }
 
+    fn serve(args: &[&str]) -> ServeArgs {
+        let mut full = vec!["serve"];
+        full.extend_from_slice(args);
+        match parse(full) {
+            Ok(Command::Serve(args)) => args,
+            other => panic!("expected serve args, got {:?}", other),
+        }
+    }
+
+    #[test]
+    fn serve_with_all_flags() {
+        let a = serve(&[
+            "--endpoint",
+            "/tmp/s.sock",
+            "--max-connections=3",
+            "--",
+            "my-server",
+            "--endpoint",
+            "--",
+            "-x",
+        ]);
+        assert_eq!(a.endpoint, PathBuf::from("/tmp/s.sock"));
+        assert_eq!(a.max_connections, 3);
+        assert_eq!(a.program, OsString::from("my-server"));
+        assert_eq!(
+            a.args,
+            ["--endpoint", "--", "-x"],
+            "everything after '--' is the command's"
+        );
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let a = serve(&["--endpoint=/x", "--", "cat"]);
+        assert_eq!(a.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(a.program, OsString::from("cat"));
+        assert!(a.args.is_empty());
+        assert_eq!(parse(["serve", "--help"]).unwrap(), Command::Help);
+    }
+
+    #[test]
+    fn serve_needs_an_endpoint_and_a_command() {
+        let e = error(&["serve", "--", "cat"]);
+        assert!(e.contains("missing") && e.contains("--endpoint"), "{}", e);
+        let e = error(&["serve", "--endpoint=", "--", "cat"]);
+        assert!(e.contains("--endpoint") && e.contains("empty"), "{}", e);
+        for args in [
+            &["serve", "--endpoint", "/x"][..],
+            &["serve", "--endpoint", "/x", "--"],
+        ] {
+            let e = error(args);
+            assert!(e.contains("missing the command"), "{}", e);
+        }
+        let e = error(&["serve", "--endpoint", "/x", "--", ""]);
+        assert!(e.contains("must not be empty"), "{}", e);
+    }
+
+    #[test]
+    fn serve_command_must_follow_the_separator() {
+        let e = error(&["serve", "--endpoint", "/x", "cat"]);
+        assert!(
+            e.contains("unexpected argument 'cat'") && e.contains("after '--'"),
+            "{}",
+            e
+        );
+    }
+
+    #[test]
+    fn serve_flag_errors() {
+        for flag in ["--endpoint", "--max-connections"] {
+            let e = error(&["serve", flag]);
+            assert!(e.contains(flag) && e.contains("needs a value"), "{}", e);
+        }
+        let e = error(&["serve", "--endpoint", "/x", "--project", "p", "--", "cat"]);
+        assert!(e.contains("unknown option '--project'"), "{}", e);
+        let e = error(&["serve", "--endpoint", "/x", "--endpoint", "/y", "--", "cat"]);
+        assert!(e.contains("'--endpoint' given more than once"), "{}", e);
+        let e = error(&[
+            "serve",
+            "--endpoint=/x",
+            "--max-connections=2",
+            "--max-connections=2",
+            "--",
+            "cat",
+        ]);
+        assert!(
+            e.contains("'--max-connections' given more than once"),
+            "{}",
+            e
+        );
+    }
+
+    #[test]
+    fn bad_max_connections() {
+        for bad in [
+            "0",
+            "-1",
+            "",
+            "many",
+            "1.5",
+            "100001",
+            "99999999999999999999999",
+        ] {
+            let e = error(&[
+                "serve",
+                "--endpoint",
+                "/x",
+                "--max-connections",
+                bad,
+                "--",
+                "cat",
+            ]);
+            assert!(e.contains("'--max-connections' expects"), "{}: {}", bad, e);
+        }
+    }
+
     #[test]
     fn usage_mentions_every_flag_and_exit_code() {
         let text = usage();
@@ -497,6 +735,10 @@ mod tests {
             "--connect-timeout",
             "EXIT STATUS",
             "demo",
+            "serve",
+            "--max-connections",
+            "MCP_BRIDGE_PROJECT",
+            "MCP_BRIDGE_REQUESTER",
         ] {
             assert!(text.contains(needle), "usage lacks {}", needle);
         }

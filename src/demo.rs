@@ -20,9 +20,11 @@ use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
+use smol::channel::Sender;
 use smol::process::{ChildStdin, Command};
 
 use crate::handshake::Handshake;
+use crate::host::Listener;
 
 /// Upper bound on each step of the demo (one reply, the bridge's exit). A
 /// local round trip takes well under a millisecond; this only turns a broken
@@ -76,9 +78,10 @@ fn script() -> Vec<Value> {
 }
 
 async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
-    let listener = host::bind(socket).map_err(io_fail("cannot start the demo host"))?;
+    let listener =
+        Listener::bind(socket).map_err(|e| fail(format!("cannot start the demo host: {}", e)))?;
     let (handshake_tx, handshake_rx) = smol::channel::bounded(1);
-    let host = smol::spawn(host::serve_one(listener, handshake_tx));
+    let host = smol::spawn(serve_one(listener, handshake_tx));
 
     let exe = std::env::current_exe().map_err(io_fail("cannot find this executable"))?;
     say(
@@ -251,43 +254,25 @@ fn micros(d: Duration) -> String {
     }
 }
 
-/// The demo's stand-in for the app: a tiny MCP server behind a Unix socket.
-#[cfg(unix)]
-mod host {
-    use super::*;
-    use smol::net::unix::UnixListener;
-
-    pub(super) fn bind(path: &Path) -> io::Result<UnixListener> {
-        UnixListener::bind(path)
-    }
-
-    /// Accepts one bridge, reports its handshake, and answers until it hangs
-    /// up. Returns how many requests it answered.
-    pub(super) async fn serve_one(
-        listener: UnixListener,
-        handshake_tx: smol::channel::Sender<Handshake>,
-    ) -> io::Result<usize> {
-        let (stream, _) = listener.accept().await?;
-        let mut writer = stream.clone();
-        let mut lines = BufReader::new(stream).lines();
-        let first = match lines.next().await {
-            Some(line) => line?,
-            None => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no handshake")),
-        };
-        let handshake = Handshake::parse(first.as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let _ = handshake_tx.send(handshake).await;
-        let mut answered = 0;
-        while let Some(line) = lines.next().await {
-            if let Some(reply) = answer(&line?) {
-                let mut bytes = reply.to_string().into_bytes();
-                bytes.push(b'\n');
-                writer.write_all(&bytes).await?;
-                answered += 1;
-            }
+/// The demo's stand-in for the app: a tiny MCP server behind the real
+/// [`host::Listener`](crate::host::Listener). Accepts one bridge, reports its
+/// handshake, and answers until it hangs up. Returns how many requests it
+/// answered.
+async fn serve_one(listener: Listener, handshake_tx: Sender<Handshake>) -> io::Result<usize> {
+    let connection = listener.accept().await?;
+    let _ = handshake_tx.send(connection.handshake).await;
+    let mut writer = connection.writer;
+    let mut lines = BufReader::new(connection.reader).lines();
+    let mut answered = 0;
+    while let Some(line) = lines.next().await {
+        if let Some(reply) = answer(&line?) {
+            let mut bytes = reply.to_string().into_bytes();
+            bytes.push(b'\n');
+            writer.write_all(&bytes).await?;
+            answered += 1;
         }
-        Ok(answered)
     }
+    Ok(answered)
 }
 
 /// The reply of the demo host's MCP server to one line, or `None` for a

@@ -61,7 +61,9 @@ pub mod cli;
 pub mod demo;
 pub mod endpoint;
 pub mod handshake;
+pub mod host;
 pub mod relay;
+pub mod serve;
 pub mod stdio;
 #[allow(unsafe_code, dead_code)]
 mod sys;

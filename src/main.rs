@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use mcp_bridge::cli::{self, Command};
-use mcp_bridge::{bridge, demo};
+use mcp_bridge::{bridge, demo, serve};
 
 /// Exit code for a command line that cannot be run.
 const USAGE: u8 = 2;
@@ -28,6 +28,13 @@ fn main() -> ExitCode {
         Command::Version => print(&format!("{}\n", cli::version_line())),
         Command::McpServer(args) => match bridge::run(&args) {
             Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mcp-bridge: {}", e);
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve(args) => match serve::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mcp-bridge: {}", e);
                 ExitCode::FAILURE

@@ -1,0 +1,339 @@
+//! Unix domain sockets: a 0600 socket file, stale-file recovery, and a peer
+//! uid check.
+//!
+//! # Creating the socket file 0600 with no wider moment
+//!
+//! `bind(2)` creates the file with mode `0777 & !umask`, and Linux ignores a
+//! `fchmod` on the socket before `bind`, so the mode cannot be set up front.
+//! Two ways were weighed:
+//!
+//! - A restrictive umask around `bind`. The umask is process-wide: another
+//!   thread creating a file at that moment (the app's own threads, in a
+//!   library) would silently get the wrong mode, and its own umask change
+//!   could undo ours. Rejected.
+//! - Bind inside a fresh private directory (mode 0700, created next to the
+//!   endpoint so it is on the same file system), `chmod` the socket to 0600
+//!   while only we can reach it, then give it its public name. Chosen.
+//!
+//! The public name is given with `link(2)`, not `rename(2)`: `link` fails
+//! when the name exists, so a socket that another process bound there in
+//! the meantime is never replaced. A Unix socket is found by its inode, so
+//! connecting through the link reaches our listener; the private name and
+//! directory are then removed. The cost: the private path is a few bytes
+//! longer than the endpoint, which matters only for paths within ~16 bytes
+//! of the OS limit (108 bytes on Linux, 104 on macOS).
+//!
+//! # An existing file at the endpoint
+//!
+//! A socket whose listener is gone (connect says `ECONNREFUSED`) is stale
+//! and removed; one that accepts, or is busy, is live and makes `bind` fail
+//! with `AddrInUse`. Anything that is not a socket fails with
+//! `AlreadyExists` and is left alone. The file is only removed if it is
+//! still the same inode that was probed, and on drop only if it is still our
+//! own, so a listener never deletes another's socket.
+//!
+//! # Peer credentials
+//!
+//! File permissions are the first gate; the second is the peer's uid from
+//! the kernel (`SO_PEERCRED` on Linux and Android through rustix,
+//! `getpeereid` on macOS and the BSDs). Only our own uid is let in, root
+//! included: root can reach the file anyway, but need not reach the app.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_lite::StreamExt;
+use rustix::io::Errno;
+use smol::net::unix::{UnixListener, UnixStream};
+
+use super::Incoming;
+
+pub(super) type Reader = UnixStream;
+pub(super) type Writer = UnixStream;
+
+/// Mode of the socket file: read and write (connect) for the owner only.
+const SOCKET_MODE: u32 = 0o600;
+
+/// How often an existing file at the endpoint is probed and, if stale,
+/// removed before giving up (another process may be starting at the same
+/// moment and win each race).
+const BIND_ATTEMPTS: usize = 3;
+
+/// Distinguishes the private directories of concurrent binds in one process.
+static PRIVATE_DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// The listening socket, owned by the accept loop.
+pub(super) struct Acceptor {
+    listener: UnixListener,
+    uid: u32,
+}
+
+/// The socket file: removed on drop if it is still ours.
+#[derive(Debug)]
+pub(super) struct SocketFile {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
+    let file_name = match path.file_name() {
+        Some(name) => name,
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the endpoint must be a file path",
+            ))
+        }
+    };
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let private = PrivateDir::create(parent)?;
+    let temporary = private.path.join(file_name);
+    let listener = std::os::unix::net::UnixListener::bind(&temporary)?;
+    fs::set_permissions(&temporary, fs::Permissions::from_mode(SOCKET_MODE))?;
+    let metadata = fs::symlink_metadata(&temporary)?;
+    publish(&temporary, path)?;
+    drop(private);
+
+    let file = SocketFile {
+        path: path.to_path_buf(),
+        dev: metadata.dev(),
+        ino: metadata.ino(),
+    };
+    listener.set_nonblocking(true)?;
+    let acceptor = Acceptor {
+        listener: UnixListener::try_from(listener)?,
+        uid: rustix::process::getuid().as_raw(),
+    };
+    Ok((acceptor, file))
+}
+
+/// Gives the socket at `temporary` the name `path`, replacing a stale socket
+/// there but never a live one or a file that is not a socket.
+fn publish(temporary: &Path, path: &Path) -> io::Result<()> {
+    for _ in 0..BIND_ATTEMPTS {
+        match fs::hard_link(temporary, path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let existing = match fs::symlink_metadata(path) {
+            Ok(metadata) => metadata,
+            // Removed in the meantime: try again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if !existing.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket exists at this path",
+            ));
+        }
+        match probe(path) {
+            Probe::Live => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "a live socket is listening at this path",
+                ))
+            }
+            Probe::Gone => continue,
+            Probe::Failed(e) => return Err(e),
+            Probe::Stale => {}
+        }
+        // Remove only the file just probed: another process may have bound
+        // a fresh socket there since.
+        match fs::symlink_metadata(path) {
+            Ok(now) if now.dev() == existing.dev() && now.ino() == existing.ino() => {
+                match fs::remove_file(path) {
+                    Ok(()) => super::log(format_args!(
+                        "removed a stale socket at '{}' (nothing was listening)",
+                        path.display()
+                    )),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => {}
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "another process keeps creating a socket at this path",
+    ))
+}
+
+enum Probe {
+    Live,
+    Stale,
+    Gone,
+    Failed(io::Error),
+}
+
+/// Connects without blocking to find out whether anyone listens at `path`.
+/// A non-blocking connect never waits for a busy listener: Linux says
+/// `EAGAIN` when its backlog is full, which still means "live".
+fn probe(path: &Path) -> Probe {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+    let attempt = || -> Result<(), Errno> {
+        let socket = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
+        rustix::io::ioctl_fionbio(&socket, true)?;
+        rustix::net::connect(&socket, &SocketAddrUnix::new(path)?)
+    };
+    match attempt() {
+        Ok(()) | Err(Errno::INPROGRESS) | Err(Errno::AGAIN) => Probe::Live,
+        Err(Errno::CONNREFUSED) => Probe::Stale,
+        Err(Errno::NOENT) => Probe::Gone,
+        Err(e) => Probe::Failed(e.into()),
+    }
+}
+
+/// A directory only we can enter, removed (with its content) on drop.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn create(parent: &Path) -> io::Result<PrivateDir> {
+        let mut builder = fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        loop {
+            // Short, to stay clear of the socket path length limit.
+            let n = PRIVATE_DIRS.fetch_add(1, Ordering::Relaxed);
+            let path = parent.join(format!(".mcpb{}.{}", std::process::id(), n));
+            match builder.create(&path) {
+                Ok(()) => return Ok(PrivateDir { path }),
+                // Left behind by an earlier process with our pid.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        match fs::symlink_metadata(&self.path) {
+            Ok(now) if now.dev() == self.dev && now.ino() == self.ino => {
+                let _ = fs::remove_file(&self.path);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Acceptor {
+    pub(super) async fn accept(&self) -> io::Result<Incoming> {
+        let stream = match self.listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if is_transient(&e) => return Ok(Incoming::Retry(e)),
+            Err(e) => return Err(e),
+        };
+        Ok(match peer_uid(&stream) {
+            Ok(uid) if uid == self.uid => Incoming::Peer(Box::new((stream.clone(), stream))),
+            Ok(uid) => Incoming::Refused(format!(
+                "a connection from uid {} (only uid {} may connect)",
+                uid, self.uid
+            )),
+            Err(e) => Incoming::Refused(format!("a connection whose user cannot be told ({})", e)),
+        })
+    }
+}
+
+/// Accept errors that say nothing about the listening socket itself.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        Errno::from_io_error(e),
+        Some(Errno::CONNABORTED)
+            | Some(Errno::INTR)
+            | Some(Errno::MFILE)
+            | Some(Errno::NFILE)
+            | Some(Errno::NOBUFS)
+            | Some(Errno::NOMEM)
+            | Some(Errno::PROTO)
+    )
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
+}
+
+#[cfg(any(
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "dragonfly"
+))]
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    use std::os::unix::io::AsFd;
+    crate::sys::unix::peer_uid(stream.as_fd())
+}
+
+/// No known way to ask: refuse everyone rather than trust everyone.
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "dragonfly"
+)))]
+fn peer_uid(_stream: &UnixStream) -> io::Result<u32> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "peer credentials are not supported on this system",
+    ))
+}
+
+/// SIGINT and SIGTERM through `async-signal`: a self-pipe behind
+/// `signal-hook-registry`, read by async-io's reactor.
+pub(super) struct StopSignals(async_signal::Signals);
+
+impl StopSignals {
+    pub(super) fn new() -> io::Result<StopSignals> {
+        use async_signal::Signal;
+        async_signal::Signals::new([Signal::Int, Signal::Term]).map(StopSignals)
+    }
+
+    pub(super) async fn next(&mut self) -> &'static str {
+        loop {
+            match self.0.next().await {
+                Some(Ok(async_signal::Signal::Int)) => return "SIGINT",
+                Some(Ok(_)) => return "SIGTERM",
+                // Interrupted reads of the self-pipe: wait on.
+                Some(Err(_)) => continue,
+                // Never ends; treat an end like a request to stop.
+                None => return "the end of the signal stream",
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_errors() {
+        assert!(is_transient(&Errno::MFILE.into()));
+        assert!(is_transient(&Errno::CONNABORTED.into()));
+        assert!(!is_transient(&Errno::BADF.into()));
+        assert!(!is_transient(&io::Error::new(io::ErrorKind::Other, "x")));
+    }
+}
