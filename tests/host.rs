@@ -1,0 +1,484 @@
+//! `mcp_bridge::host::Listener` on real Unix sockets: what gets in, what is
+//! kept out, and what happens to the socket file.
+#![cfg(unix)]
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use futures_lite::future;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use mcp_bridge::handshake::Handshake;
+use mcp_bridge::host::{Connection, Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
+use smol::net::unix::UnixStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+
+/// The unprivileged user root's tests run the foreign bridge as.
+const NOBODY: u32 = 65534;
+
+/// A temporary directory with the given mode, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str, mode: u32) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let path = std::env::temp_dir().join(format!(
+            "mcpb-host-{}-{}-{}",
+            tag,
+            std::process::id(),
+            nanos
+        ));
+        fs::create_dir(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(path)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.0.join("app.sock")
+    }
+
+    fn entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    future::or(f, async {
+        Timer::after(limit).await;
+        panic!("timed out after {:?} waiting for {}", limit, what)
+    })
+    .await
+}
+
+async fn accept(listener: &Listener) -> Connection {
+    within(Duration::from_secs(5), "accept", listener.accept())
+        .await
+        .unwrap()
+}
+
+/// Connects and sends a handshake for `requester`.
+async fn connect(path: &Path, requester: &str) -> UnixStream {
+    let mut stream = UnixStream::connect(path).await.unwrap();
+    stream
+        .write_all(&Handshake::new("proj", requester).to_line())
+        .await
+        .unwrap();
+    stream
+}
+
+/// Reads until the peer closes; a reset (we left bytes unread on its side)
+/// counts as closed too.
+async fn read_until_closed(stream: &mut UnixStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("read failed: {}", e),
+        }
+    }
+}
+
+#[test]
+fn handshake_and_the_bytes_behind_it() {
+    let dir = TempDir::new("bytes", 0o700);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        assert_eq!(listener.endpoint(), dir.socket());
+        let mut client = UnixStream::connect(dir.socket()).await.unwrap();
+        // The handshake (with CRLF and an extra field) and the first
+        // messages in one write, as a fast bridge may deliver them.
+        client
+            .write_all(
+                b"{\"project\":\"p\\\"1\",\"requester\":\"agent-7\",\"v\":2}\r\n\
+                  {\"id\":1,\"method\":\"initialize\"}\n{\"id\":2",
+            )
+            .await
+            .unwrap();
+        let connection = accept(&listener).await;
+        assert_eq!(connection.handshake, Handshake::new("p\"1", "agent-7"));
+
+        let mut writer = connection.writer;
+        let mut reader = connection.reader;
+        client.write_all(b",\"method\":\"ping\"}\n").await.unwrap();
+        client.close().await.unwrap();
+        let mut relayed = Vec::new();
+        reader.read_to_end(&mut relayed).await.unwrap();
+        assert_eq!(
+            relayed,
+            b"{\"id\":1,\"method\":\"initialize\"}\n{\"id\":2,\"method\":\"ping\"}\n"
+        );
+
+        writer
+            .write_all(b"{\"id\":1,\"result\":{}}\n")
+            .await
+            .unwrap();
+        writer.close().await.unwrap();
+        assert_eq!(
+            read_until_closed(&mut client).await,
+            b"{\"id\":1,\"result\":{}}\n"
+        );
+    });
+}
+
+#[test]
+fn socket_is_0600_ours_and_nothing_else_is_left() {
+    let dir = TempDir::new("mode", 0o755);
+    let listener = Listener::bind(dir.socket()).unwrap();
+    let metadata = fs::symlink_metadata(dir.socket()).unwrap();
+    assert!(metadata.file_type().is_socket());
+    assert_eq!(metadata.mode() & 0o777, 0o600, "mode {:o}", metadata.mode());
+    assert_eq!(metadata.uid(), rustix::process::getuid().as_raw());
+    assert_eq!(
+        dir.entries(),
+        ["app.sock"],
+        "the private bind directory is gone"
+    );
+    drop(listener);
+    assert!(
+        dir.entries().is_empty(),
+        "the socket file is removed on drop"
+    );
+}
+
+#[test]
+fn mode_is_0600_whatever_the_umask() {
+    // A permissive umask must not widen the socket, even for a moment we
+    // could observe: the file appears at its public path already 0600.
+    let dir = TempDir::new("umask", 0o755);
+    let old = rustix::process::umask(rustix::fs::Mode::empty());
+    let listener = Listener::bind(dir.socket());
+    rustix::process::umask(old);
+    let _listener = listener.unwrap();
+    let mode = fs::metadata(dir.socket()).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o600, "mode {:o}", mode);
+}
+
+#[test]
+fn live_socket_is_not_replaced() {
+    let dir = TempDir::new("live", 0o700);
+    smol::block_on(async {
+        let first = Listener::bind(dir.socket()).unwrap();
+        let inode = fs::metadata(dir.socket()).unwrap().ino();
+
+        let e = Listener::bind(dir.socket()).unwrap_err();
+        assert_eq!(e.io_error().kind(), io::ErrorKind::AddrInUse, "{}", e);
+        assert!(
+            e.to_string().contains("another process is listening"),
+            "{}",
+            e
+        );
+        assert_eq!(fs::metadata(dir.socket()).unwrap().ino(), inode);
+
+        // The first listener still works, and its file was not touched by
+        // the failed bind (nor removed by its drop).
+        let _client = connect(&dir.socket(), "still-here").await;
+        assert_eq!(accept(&first).await.handshake.requester, "still-here");
+        assert_eq!(dir.entries(), ["app.sock"]);
+    });
+}
+
+#[test]
+fn live_socket_of_another_program_is_not_replaced() {
+    let dir = TempDir::new("foreign-live", 0o700);
+    let other = std::os::unix::net::UnixListener::bind(dir.socket()).unwrap();
+    let e = Listener::bind(dir.socket()).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::AddrInUse, "{}", e);
+    // Its listener is still reachable at the path.
+    std::os::unix::net::UnixStream::connect(dir.socket()).unwrap();
+    other.accept().unwrap();
+}
+
+#[test]
+fn stale_socket_is_replaced() {
+    let dir = TempDir::new("stale", 0o700);
+    // A listener that died without cleaning up: the file stays behind.
+    drop(std::os::unix::net::UnixListener::bind(dir.socket()).unwrap());
+    assert!(fs::symlink_metadata(dir.socket()).is_ok());
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        let mode = fs::metadata(dir.socket()).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {:o}", mode);
+        let _client = connect(&dir.socket(), "after-restart").await;
+        assert_eq!(accept(&listener).await.handshake.requester, "after-restart");
+    });
+}
+
+#[test]
+fn files_that_are_not_sockets_are_left_alone() {
+    let dir = TempDir::new("not-socket", 0o700);
+    fs::write(dir.socket(), b"precious").unwrap();
+    let e = Listener::bind(dir.socket()).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::AlreadyExists, "{}", e);
+    assert_eq!(fs::read(dir.socket()).unwrap(), b"precious");
+
+    let target = dir.0.join("target");
+    fs::write(&target, b"also precious").unwrap();
+    let link = dir.0.join("link.sock");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = Listener::bind(&link).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::AlreadyExists, "{}", e);
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(dir.entries(), ["app.sock", "link.sock", "target"]);
+}
+
+#[test]
+fn missing_directory_is_a_clear_error() {
+    let dir = TempDir::new("missing", 0o700);
+    let path = dir.0.join("no/such/dir/app.sock");
+    let e = Listener::bind(&path).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::NotFound, "{}", e);
+    assert!(e.to_string().contains(&*path.to_string_lossy()), "{}", e);
+}
+
+/// Oversized, invalid, unfinished and absent handshakes each cost only
+/// their own connection: good peers arriving meanwhile are accepted at once.
+#[test]
+fn bad_handshakes_are_dropped_without_affecting_others() {
+    let dir = TempDir::new("bad", 0o700);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        let path = dir.socket();
+        let start = Instant::now();
+
+        // Never finished, and never started: these only time out.
+        let mut unfinished = UnixStream::connect(&path).await.unwrap();
+        unfinished.write_all(b"{\"project\":\"p\",").await.unwrap();
+        let mut silent = UnixStream::connect(&path).await.unwrap();
+
+        // Oversized: a line with no end, longer than the cap.
+        let mut oversized = UnixStream::connect(&path).await.unwrap();
+        let junk = vec![b'x'; HANDSHAKE_LIMIT + 1];
+        let mut junk_writer = oversized.clone();
+        let junk_sent = smol::spawn(async move {
+            let _ = junk_writer.write_all(&junk).await;
+        });
+        // Invalid: JSON, but not a handshake; and not JSON at all.
+        let mut missing_field = connect_raw(&path, b"{\"project\":\"p\"}\n").await;
+        let mut not_json = connect_raw(&path, b"hello\n").await;
+
+        // A good peer is accepted while the slow ones are still pending.
+        let _good = connect(&path, "good-1").await;
+        let connection = within(Duration::from_secs(2), "a good peer", listener.accept())
+            .await
+            .unwrap();
+        assert_eq!(connection.handshake.requester, "good-1");
+        assert!(start.elapsed() < HANDSHAKE_TIMEOUT / 2);
+
+        for (name, stream) in [
+            ("oversized", &mut oversized),
+            ("missing field", &mut missing_field),
+            ("not JSON", &mut not_json),
+        ] {
+            within(Duration::from_secs(2), name, read_until_closed(stream)).await;
+        }
+        junk_sent.await;
+
+        // The slow ones are closed at the timeout, not before.
+        within(
+            HANDSHAKE_TIMEOUT * 2,
+            "the unfinished handshake to time out",
+            read_until_closed(&mut unfinished),
+        )
+        .await;
+        within(
+            Duration::from_secs(1),
+            "the silent peer to time out",
+            read_until_closed(&mut silent),
+        )
+        .await;
+        let waited = start.elapsed();
+        assert!(
+            waited >= HANDSHAKE_TIMEOUT - Duration::from_millis(100),
+            "closed after {:?}",
+            waited
+        );
+
+        // None of them ever came out of accept(), and the listener goes on.
+        let _good = connect(&path, "good-2").await;
+        assert_eq!(accept(&listener).await.handshake.requester, "good-2");
+    });
+}
+
+async fn connect_raw(path: &Path, bytes: &[u8]) -> UnixStream {
+    let mut stream = UnixStream::connect(path).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
+#[test]
+fn many_concurrent_peers_each_get_their_own_stream() {
+    let dir = TempDir::new("many", 0o700);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        let clients: Vec<_> = (0..100)
+            .map(|i| {
+                let path = dir.socket();
+                smol::spawn(async move {
+                    let mut stream = connect(&path, &format!("peer-{}", i)).await;
+                    stream
+                        .write_all(format!("payload-{}\n", i).as_bytes())
+                        .await
+                        .unwrap();
+                    stream.close().await.unwrap();
+                    read_until_closed(&mut stream).await
+                })
+            })
+            .collect();
+        for _ in 0..100 {
+            let connection = accept(&listener).await;
+            let mut reader = connection.reader;
+            let mut writer = connection.writer;
+            let mut got = Vec::new();
+            reader.read_to_end(&mut got).await.unwrap();
+            let i = connection.handshake.requester.trim_start_matches("peer-");
+            assert_eq!(got, format!("payload-{}\n", i).as_bytes());
+            writer
+                .write_all(format!("reply-{}", i).as_bytes())
+                .await
+                .unwrap();
+        }
+        for (i, client) in clients.into_iter().enumerate() {
+            assert_eq!(client.await, format!("reply-{}", i).as_bytes());
+        }
+    });
+}
+
+/// The foreign bridge must be able to exec the binary: copy it into a
+/// directory everyone can enter.
+fn world_readable_bridge(dir: &TempDir) -> PathBuf {
+    let copy = dir.0.join("mcp-bridge");
+    fs::copy(BIN, &copy).unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// Spawns the bridge as user `NOBODY`, with stdin kept open so that only
+/// the listener can end it.
+fn spawn_foreign_bridge(exe: &Path, socket: &Path) -> smol::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
+        .arg("--endpoint")
+        .arg(socket)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    // Stdio set on the smol command: it does not carry std's settings over.
+    smol::process::Command::from(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// The peer-credential check itself, with file permissions out of the way:
+/// the socket is opened to everyone (here only), the foreign bridge does
+/// connect, and the listener still refuses it.
+#[test]
+fn another_user_is_refused_by_the_uid_check() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a bridge as another user");
+        return;
+    }
+    let dir = TempDir::new("uid", 0o755);
+    let exe = world_readable_bridge(&dir);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
+        let first = smol::spawn(async move {
+            let connection = listener.accept().await.unwrap();
+            (connection.handshake.requester, listener)
+        });
+
+        let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());
+        let stdin = intruder.stdin.take();
+        let mut stderr = intruder.stderr.take().unwrap();
+        let status = within(
+            Duration::from_secs(10),
+            "the refused bridge",
+            intruder.status(),
+        )
+        .await
+        .unwrap();
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).await.unwrap();
+        drop(stdin);
+        assert_hung_up_after_connecting(status, &text);
+
+        let _owner = connect(&dir.socket(), "owner").await;
+        let (requester, _listener) = within(Duration::from_secs(5), "accept", first).await;
+        assert_eq!(requester, "owner", "the intruder must never be accepted");
+    });
+}
+
+/// The first gate: with the socket at its own 0600, another user cannot
+/// even connect.
+#[test]
+fn another_user_cannot_open_the_socket() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a bridge as another user");
+        return;
+    }
+    let dir = TempDir::new("perm", 0o755);
+    let exe = world_readable_bridge(&dir);
+    smol::block_on(async {
+        let _listener = Listener::bind(dir.socket()).unwrap();
+        let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());
+        let stdin = intruder.stdin.take();
+        let mut stderr = intruder.stderr.take().unwrap();
+        let status = within(Duration::from_secs(10), "the bridge", intruder.status())
+            .await
+            .unwrap();
+        drop(stdin);
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).await.unwrap();
+        assert_eq!(status.code(), Some(1), "{}", text);
+        assert!(text.contains("permission denied"), "{}", text);
+    });
+}
+
+/// The foreign bridge did connect (so file permissions let it in) and was
+/// then hung up on: either before its handshake went out (a broken pipe,
+/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
+/// open). Which one is a race; both prove the refusal came after connecting.
+fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
+    assert!(!stderr.contains("cannot connect"), "{}", stderr);
+    assert!(
+        status.success()
+            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
+        "{}: {}",
+        status,
+        stderr
+    );
+}

@@ -1,0 +1,563 @@
+//! `mcp-bridge serve` end to end: real bridges, a real socket, real child
+//! processes.
+#![cfg(unix)]
+
+use std::fs;
+use std::io::{BufRead, BufReader as StdBufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use futures_lite::future;
+use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use futures_lite::StreamExt;
+use rustix::process::{Pid, Signal};
+use smol::process::{Child, ChildStdin, ChildStdout, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+
+/// A child that says who it serves, then echoes.
+const IDENTIFY_THEN_ECHO: &str =
+    "echo \"$$ $MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER\"; echo \"hello from $$\" >&2; exec cat";
+
+/// A temporary directory with the given mode, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str, mode: u32) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let path = std::env::temp_dir().join(format!(
+            "mcpb-serve-{}-{}-{}",
+            tag,
+            std::process::id(),
+            nanos
+        ));
+        fs::create_dir(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(path)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.0.join("app.sock")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `mcp-bridge serve`, its stderr collected line by line.
+struct Serve {
+    child: std::process::Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+    socket: PathBuf,
+}
+
+impl Serve {
+    fn start(socket: &Path, extra: &[&str], command: &[&str]) -> Serve {
+        let mut child = std::process::Command::new(BIN)
+            .arg("serve")
+            .arg("--endpoint")
+            .arg(socket)
+            .args(extra)
+            .arg("--")
+            .args(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in StdBufReader::new(pipe).lines() {
+                match line {
+                    Ok(line) => lines.lock().unwrap().push(line),
+                    Err(_) => break,
+                }
+            }
+        });
+        let serve = Serve {
+            child,
+            stderr,
+            socket: socket.to_path_buf(),
+        };
+        serve.wait_for_log("serving", Duration::from_secs(10));
+        assert!(socket.exists());
+        serve
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32).unwrap()
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Waits until a stderr line contains `needle`.
+    fn wait_for_log(&self, needle: &str, limit: Duration) {
+        let start = Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                start.elapsed() < limit,
+                "no '{}' on serve's stderr within {:?}:\n{}",
+                needle,
+                limit,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends `signal` and waits for serve to exit; returns its exit code.
+    fn stop(&mut self, signal: Signal, limit: Duration) -> Option<i32> {
+        rustix::process::kill_process(self.pid(), signal).unwrap();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "serve still running {:?} after {:?}:\n{}",
+                limit,
+                signal,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = rustix::process::kill_process(self.pid(), Signal::TERM);
+            let _ = self.child.wait();
+        }
+        let _ = fs::remove_file(&self.socket);
+    }
+}
+
+/// A bridge process, as an MCP CLI would spawn it, with line-wise stdio.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Bridge {
+    fn spawn(socket: &Path, project: &str, requester: &str) -> Bridge {
+        let mut child = Command::new(BIN)
+            .arg("mcp-server")
+            .arg("--endpoint")
+            .arg(socket)
+            .args(["--project", project, "--requester", requester])
+            // Generous: 200 bridges may start at once on 2 cores.
+            .args(["--connect-timeout", "60"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Bridge {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin
+            .write_all(format!("{}\n", line).as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next line, or `None` at the end of stdout.
+    async fn line(&mut self) -> Option<String> {
+        within(
+            Duration::from_secs(30),
+            "a line from the bridge",
+            self.stdout.next(),
+        )
+        .await
+        .map(|line| line.unwrap())
+    }
+
+    async fn round_trip(&mut self, line: &str) -> String {
+        self.send(line).await;
+        self.line().await.expect("a reply before EOF")
+    }
+
+    /// Closes stdin and waits for the bridge to exit; returns its exit code.
+    async fn finish(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        self.exit_code().await
+    }
+
+    async fn exit_code(&mut self) -> Option<i32> {
+        within(
+            Duration::from_secs(10),
+            "the bridge to exit",
+            self.child.status(),
+        )
+        .await
+        .unwrap()
+        .code()
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    future::or(f, async {
+        Timer::after(limit).await;
+        panic!("timed out after {:?} waiting for {}", limit, what)
+    })
+    .await
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still counts: it is a child nobody reaped.
+    rustix::process::test_kill_process(Pid::from_raw(pid).unwrap()).is_ok()
+}
+
+/// Parses the child's first line, `"<pid> <project>|<requester>"`.
+fn identity(line: &str) -> (i32, String) {
+    let (pid, who) = line.split_once(' ').expect("pid and identity");
+    (pid.parse().unwrap(), who.to_string())
+}
+
+#[test]
+fn relays_to_a_child_that_knows_who_is_calling() {
+    let dir = TempDir::new("e2e", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "proj-1", "agent-7");
+        let (pid, who) = identity(&bridge.line().await.unwrap());
+        assert_eq!(who, "proj-1|agent-7");
+        let request = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        assert_eq!(bridge.round_trip(request).await, request);
+        assert_eq!(bridge.round_trip("ünïcödé").await, "ünïcödé");
+
+        // Its stderr shows up on serve's, behind the requester.
+        serve.wait_for_log(
+            &format!("[agent-7] hello from {}", pid),
+            Duration::from_secs(5),
+        );
+
+        // The bridge disconnecting stops the child (cat ends at EOF), and
+        // serve reaps it.
+        assert_eq!(bridge.finish().await, Some(0));
+        serve.wait_for_log("ended (the bridge disconnected)", Duration::from_secs(5));
+        assert!(!alive(pid), "child {} still exists", pid);
+    });
+}
+
+#[test]
+fn a_child_that_exits_closes_the_connection() {
+    let dir = TempDir::new("child-exit", 0o700);
+    let _serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "echo bye"]);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
+        assert_eq!(bridge.line().await.as_deref(), Some("bye"));
+        // stdin stays open: only the host hanging up can end the bridge.
+        assert_eq!(bridge.line().await, None);
+        assert_eq!(bridge.exit_code().await, Some(0));
+    });
+}
+
+/// 200 bridges at once through one serve, each doing 200 strict round
+/// trips with payloads only it sends: nothing lost, nothing crossed.
+#[test]
+fn two_hundred_bridges_two_hundred_round_trips_each() {
+    const BRIDGES: usize = 200;
+    const ROUND_TRIPS: usize = 200;
+    let dir = TempDir::new("load", 0o700);
+    let serve = Serve::start(&dir.socket(), &["--max-connections", "256"], &["cat"]);
+    let socket = dir.socket();
+    let start = Instant::now();
+    smol::block_on(async {
+        let bridges: Vec<_> = (0..BRIDGES)
+            .map(|b| {
+                let socket = socket.clone();
+                smol::spawn(async move {
+                    let mut bridge = Bridge::spawn(&socket, "load", &format!("bridge-{}", b));
+                    for n in 0..ROUND_TRIPS {
+                        // Unique per bridge and message, of varying length.
+                        let payload = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"echo\",\"params\":\"b{}-n{}-{}\"}}",
+                            n,
+                            b,
+                            n,
+                            "x".repeat((b * 7 + n * 13) % 300)
+                        );
+                        let reply = bridge.round_trip(&payload).await;
+                        assert_eq!(reply, payload, "bridge {} round trip {}", b, n);
+                    }
+                    assert_eq!(bridge.finish().await, Some(0), "bridge {}", b);
+                })
+            })
+            .collect();
+        for bridge in bridges {
+            bridge.await;
+        }
+    });
+    let took = start.elapsed();
+    eprintln!(
+        "load: {} bridges x {} round trips = {} round trips through one serve in {:.2?}",
+        BRIDGES,
+        ROUND_TRIPS,
+        BRIDGES * ROUND_TRIPS,
+        took
+    );
+    assert!(
+        !serve.log().contains("refused"),
+        "no connection may be refused:\n{}",
+        serve.log()
+    );
+}
+
+fn stop_leaves_nothing_behind(signal: Signal) {
+    let dir = TempDir::new("stop", 0o700);
+    // The "stubborn" child ignores both stdin EOF and SIGTERM.
+    let script = "echo \"$$ $MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER\"; \
+                  if [ \"$MCP_BRIDGE_REQUESTER\" = stubborn ]; then \
+                  trap '' TERM; exec sleep 1000 </dev/null; else exec cat; fi";
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script]);
+    smol::block_on(async {
+        let mut bridges = Vec::new();
+        let mut pids = Vec::new();
+        for requester in ["a", "b", "c", "stubborn"] {
+            let mut bridge = Bridge::spawn(&dir.socket(), "p", requester);
+            let (pid, who) = identity(&bridge.line().await.unwrap());
+            assert_eq!(who, format!("p|{}", requester));
+            pids.push(pid);
+            bridges.push(bridge);
+        }
+        assert_eq!(bridges[0].round_trip("ping").await, "ping");
+
+        let started = Instant::now();
+        assert_eq!(
+            serve.stop(signal, Duration::from_secs(15)),
+            Some(0),
+            "{}",
+            serve.log()
+        );
+        let took = started.elapsed();
+        assert!(!dir.socket().exists(), "the socket file is removed");
+        for pid in &pids {
+            assert!(
+                !alive(*pid),
+                "child {} survived serve:\n{}",
+                pid,
+                serve.log()
+            );
+        }
+        // Every bridge saw its connection end.
+        for mut bridge in bridges {
+            assert_eq!(bridge.line().await, None);
+            assert_eq!(bridge.exit_code().await, Some(0));
+        }
+        eprintln!("serve stopped 4 children (one stubborn) in {:.2?}", took);
+    });
+}
+
+#[test]
+fn sigterm_stops_every_child_and_removes_the_socket() {
+    stop_leaves_nothing_behind(Signal::TERM);
+}
+
+#[test]
+fn sigint_stops_every_child_and_removes_the_socket() {
+    stop_leaves_nothing_behind(Signal::INT);
+}
+
+#[test]
+fn connections_over_the_limit_are_refused() {
+    let dir = TempDir::new("limit", 0o700);
+    let serve = Serve::start(
+        &dir.socket(),
+        &["--max-connections", "1"],
+        &["sh", "-c", IDENTIFY_THEN_ECHO],
+    );
+    smol::block_on(async {
+        let mut first = Bridge::spawn(&dir.socket(), "p", "first");
+        assert!(first.line().await.unwrap().ends_with("p|first"));
+
+        let mut second = Bridge::spawn(&dir.socket(), "p", "second");
+        assert_eq!(second.line().await, None, "refused: hung up at once");
+        assert_eq!(second.exit_code().await, Some(0));
+        serve.wait_for_log(
+            "requester \"second\", project \"p\"): refused, 1 connections already open",
+            Duration::from_secs(5),
+        );
+
+        // The first is unaffected, and once it is gone there is room again.
+        assert_eq!(first.round_trip("still here").await, "still here");
+        assert_eq!(first.finish().await, Some(0));
+        serve.wait_for_log("ended (the bridge disconnected)", Duration::from_secs(5));
+        let mut third = Bridge::spawn(&dir.socket(), "p", "third");
+        assert!(third.line().await.unwrap().ends_with("p|third"));
+        assert_eq!(third.finish().await, Some(0));
+    });
+}
+
+#[test]
+fn bad_handshakes_are_logged_and_the_server_goes_on() {
+    let dir = TempDir::new("bad", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    smol::block_on(async {
+        let mut raw = smol::net::unix::UnixStream::connect(dir.socket())
+            .await
+            .unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let _ = raw.read_to_end(&mut rest).await;
+        assert!(rest.is_empty());
+        serve.wait_for_log(
+            "dropped a connection: invalid handshake: not JSON",
+            Duration::from_secs(5),
+        );
+
+        let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
+        assert_eq!(bridge.round_trip("after").await, "after");
+        assert_eq!(bridge.finish().await, Some(0));
+        // Only the good bridge got a child.
+        assert_eq!(
+            serve.log().matches("started pid").count(),
+            1,
+            "{}",
+            serve.log()
+        );
+    });
+}
+
+#[test]
+fn a_command_that_cannot_start_is_logged() {
+    let dir = TempDir::new("nocmd", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["/nonexistent/mcp-server"]);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
+        assert_eq!(bridge.line().await, None);
+        serve.wait_for_log(
+            "cannot start '/nonexistent/mcp-server'",
+            Duration::from_secs(5),
+        );
+    });
+}
+
+#[test]
+fn a_live_endpoint_is_not_taken_over() {
+    let dir = TempDir::new("taken", 0o700);
+    let _first = Serve::start(&dir.socket(), &[], &["cat"]);
+    let second = std::process::Command::new(BIN)
+        .args(["serve", "--endpoint"])
+        .arg(dir.socket())
+        .args(["--", "cat"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{}", text);
+    assert!(
+        text.contains("another process is listening there"),
+        "{}",
+        text
+    );
+    assert!(dir.socket().exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["serve", "--endpoint", "/tmp/x.sock"][..],
+        &["serve", "--", "cat"],
+        &[
+            "serve",
+            "--endpoint",
+            "/tmp/x.sock",
+            "--max-connections",
+            "0",
+            "--",
+            "cat",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{:?}", args);
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("mcp-bridge: "));
+    }
+}
+
+/// Root only: a bridge running as another user reaches the socket (opened
+/// to everyone here, so only the uid check stands in its way) and is
+/// refused, with a log line.
+#[test]
+fn another_user_is_refused_and_logged() {
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a bridge as another user");
+        return;
+    }
+    let dir = TempDir::new("uid", 0o755);
+    let exe = dir.0.join("mcp-bridge");
+    fs::copy(BIN, &exe).unwrap();
+    fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
+    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
+    smol::block_on(async {
+        let mut command = std::process::Command::new(&exe);
+        command
+            .args(["mcp-server", "--project", "p", "--requester", "intruder"])
+            .arg("--endpoint")
+            .arg(dir.socket())
+            .uid(65534)
+            .gid(65534);
+        let mut intruder = Command::from(command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let _stdin = intruder.stdin.take();
+        let mut stderr = intruder.stderr.take().unwrap();
+        let status = within(Duration::from_secs(10), "the intruder", intruder.status())
+            .await
+            .unwrap();
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).await.unwrap();
+        assert_hung_up_after_connecting(status, &text);
+        serve.wait_for_log(
+            "refused a connection from uid 65534",
+            Duration::from_secs(5),
+        );
+        assert!(!serve.log().contains("intruder"), "{}", serve.log());
+    });
+}
+
+/// The foreign bridge did connect (so file permissions let it in) and was
+/// then hung up on: either before its handshake went out (a broken pipe,
+/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
+/// open). Which one is a race; both prove the refusal came after connecting.
+fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
+    assert!(!stderr.contains("cannot connect"), "{}", stderr);
+    assert!(
+        status.success()
+            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
+        "{}: {}",
+        status,
+        stderr
+    );
+}
