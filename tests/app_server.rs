@@ -15,6 +15,7 @@ use mcp_bridge::app_server::{
 };
 use rustix::process::{test_kill_process, Pid};
 use serde_json::{json, Value};
+use smol::channel::Receiver;
 
 /// A budget no healthy run comes near; only a hang exceeds it.
 const GENEROUS: Duration = Duration::from_secs(30);
@@ -36,6 +37,28 @@ fn spawn_client(script: &str) -> AppServerClient {
         .request_timeout(GENEROUS)
         .spawn(sh(script), "fake-app-server")
         .expect("sh should spawn")
+}
+
+/// The next message from the child; fails the test instead of hanging it.
+async fn next_incoming(incoming: &Receiver<Incoming>) -> Incoming {
+    let expire = async {
+        smol::Timer::after(GENEROUS).await;
+        panic!("no message from the child within {:?}", GENEROUS)
+    };
+    future::or(
+        async { incoming.recv().await.expect("incoming closed") },
+        expire,
+    )
+    .await
+}
+
+/// Whether the incoming channel closes (after yielding nothing more) in good time.
+async fn closes(incoming: &Receiver<Incoming>) -> bool {
+    let expire = async {
+        smol::Timer::after(GENEROUS).await;
+        false
+    };
+    future::or(async { incoming.recv().await.is_err() }, expire).await
 }
 
 fn assert_reaped(pid: u32) {
@@ -310,7 +333,7 @@ fn a_child_request_carrying_our_id_is_not_taken_for_the_reply() {
         let incoming = client.incoming();
 
         let answer_the_child = async {
-            let message = incoming.recv().await.unwrap();
+            let message = next_incoming(&incoming).await;
             assert_eq!(
                 message,
                 Incoming::Request {
@@ -339,11 +362,11 @@ fn a_child_request_carrying_our_id_is_not_taken_for_the_reply() {
 #[test]
 fn error_answers_and_the_codex_wire_format_omit_the_version() {
     smol::block_on(async {
+        // Returns our request line and our answer line as the result.
         let script = r#"IFS= read -r request
-        printf '%s\n' "$request" >&2
         printf '{"id":"ask-1","method":"exec/approve"}\n'
         IFS= read -r answer
-        printf '{"id":1,"result":%s}\n' "$answer"
+        printf '{"id":1,"result":{"request":%s,"answer":%s}}\n' "$request" "$answer"
         cat > /dev/null"#;
         let client = AppServerClient::builder()
             .omit_jsonrpc_version()
@@ -353,7 +376,7 @@ fn error_answers_and_the_codex_wire_format_omit_the_version() {
         let incoming = client.incoming();
 
         let refuse = async {
-            let message = incoming.recv().await.unwrap();
+            let message = next_incoming(&incoming).await;
             if let Incoming::Request { id, method, params } = message {
                 assert_eq!(
                     (id.clone(), method.as_str(), params),
@@ -369,13 +392,30 @@ fn error_answers_and_the_codex_wire_format_omit_the_version() {
         };
         let (result, ()) = future::zip(client.request("turn/start", json!({})), refuse).await;
 
-        assert_eq!(
-            result.unwrap(),
-            json!({"id": "ask-1", "error": {"code": -32000, "message": "denied", "data": {"why": "policy"}}})
+        let expected = json!({
+            "request": {"id": 1, "method": "turn/start", "params": {}},
+            "answer": {"id": "ask-1", "error": {"code": -32000, "message": "denied", "data": {"why": "policy"}}},
+        });
+        assert_eq!(result.unwrap(), expected);
+    })
+}
+
+#[test]
+fn a_request_to_a_child_that_already_exited_reports_its_last_words() {
+    smol::block_on(async {
+        // Closes stdin at once, so our write fails, but exits only a little later.
+        let client =
+            spawn_client("exec 0<&-; echo 'config error: no API key' >&2; sleep 0.3; exit 2");
+        smol::Timer::after(Duration::from_millis(100)).await;
+
+        let error = client.request("initialize", json!({})).await.unwrap_err();
+
+        assert!(
+            matches!(error, AppServerError::ProcessTerminated { .. }),
+            "{:?}",
+            error
         );
-        // The request itself went out without "jsonrpc" too.
-        let tail = client.stderr_tail().unwrap();
-        assert_eq!(tail, "{\"id\":1,\"method\":\"turn/start\",\"params\":{}}\n");
+        assert_eq!(error.stderr_tail(), Some("config error: no API key\n"));
     })
 }
 
@@ -430,7 +470,7 @@ fn notifications_sent_by_us_reach_the_child() {
 
         client.notify("initialized", json!({"a": 1})).await.unwrap();
 
-        let message = incoming.recv().await.unwrap();
+        let message = next_incoming(&incoming).await;
         assert_eq!(
             message,
             Incoming::Notification {
@@ -481,10 +521,7 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
             "{:?}",
             later
         );
-        assert!(
-            incoming.recv().await.is_err(),
-            "incoming closes with stdout"
-        );
+        assert!(closes(&incoming).await, "incoming closes with stdout");
         let status = client.shutdown().await.unwrap().unwrap();
         assert_eq!(status.code(), Some(3));
     })
@@ -520,7 +557,7 @@ fn a_silent_child_times_out_with_its_stderr_attached() {
         echo '{"method":"ready"}'
         cat > /dev/null"#;
         let client = spawn_client(script);
-        let ready = client.incoming().recv().await.unwrap();
+        let ready = next_incoming(&client.incoming()).await;
         assert_eq!(ready.method(), "ready");
 
         let error = client
@@ -596,9 +633,9 @@ fn a_client_over_plain_streams_reads_until_they_end() {
         let stdout = Cursor::new(b"{\"method\":\"hello\"}\n".to_vec());
         let client = AppServerClient::builder().connect(stdout, Vec::new());
 
-        let hello = client.incoming().recv().await.unwrap();
+        let hello = next_incoming(&client.incoming()).await;
         assert_eq!(hello.method(), "hello");
-        assert!(client.incoming().recv().await.is_err());
+        assert!(closes(&client.incoming()).await);
         let error = client.request("ping", Value::Null).await.unwrap_err();
         assert!(
             matches!(error, AppServerError::ProcessTerminated { .. }),

@@ -27,6 +27,10 @@ use super::{
 /// the bound only matters when a grandchild inherited stderr and keeps it open.
 const STDERR_SETTLE: Duration = Duration::from_millis(200);
 
+/// How long a request whose write failed waits to learn that the child exited, so that
+/// it can report that (with the child's stderr) instead of the bare write error.
+const EXIT_NOTICE: Duration = Duration::from_millis(500);
+
 type Reader = Pin<Box<dyn AsyncRead + Send>>;
 type Writer = Pin<Box<dyn AsyncWrite + Send>>;
 type Outcome = Result<Value, AppServerError>;
@@ -215,12 +219,23 @@ impl AppServerClient {
             ("method", Value::from(method)),
             ("params", params),
         ]);
-        let exchange = async {
-            self.shared.send(&message).await?;
+        let answer = async {
             match receiver.recv().await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(self.shared.ended()),
             }
+        };
+        let exchange = async {
+            if let Err(write_error) = self.shared.send(&message).await {
+                // Usually a broken pipe: the child died, and its reader is about to say
+                // so with the child's stderr, which explains more than "Broken pipe".
+                let give_up = async {
+                    Timer::after(EXIT_NOTICE).await;
+                    Err(write_error)
+                };
+                return future::or(answer, give_up).await;
+            }
+            answer.await
         };
         let expire = async {
             Timer::after(timeout).await;
