@@ -3,7 +3,8 @@
 //!
 //! It plays both outer roles so a user (or a packager checking an installed
 //! binary) can watch the bridge work: a throw-away app host on a private
-//! Unix socket, answering like a tiny MCP server with one `echo` tool; and an
+//! socket, built on the same [`host::Listener`](crate::host::Listener) an app
+//! would use, answering like a tiny MCP server with one `echo` tool; and an
 //! MCP CLI, spawning this same executable as `mcp-server` exactly as a CLI's
 //! `{command, args}` declaration would, then driving a short session through
 //! it. Every step is checked, so a broken install fails loudly instead of
@@ -87,7 +88,7 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     say(
         out,
         format!(
-            "mcp-bridge demo: a throw-away MCP host listens on {}",
+            "mcp-bridge demo: a throw-away MCP host listens on {} (owner-only socket; other users' peers are refused)",
             socket.display()
         ),
     );
@@ -322,6 +323,7 @@ impl TempDir {
             .unwrap_or(0);
         let path =
             std::env::temp_dir().join(format!("mcp-bridge-demo-{}-{}", std::process::id(), nanos));
+        #[cfg_attr(not(unix), allow(unused_mut))]
         let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
