@@ -25,6 +25,8 @@ mod sys;
 #[cfg(windows)]
 #[path = "windows.rs"]
 mod sys;
+#[cfg(windows)]
+pub use sys::PipeListener;
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.

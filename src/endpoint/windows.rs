@@ -1,17 +1,371 @@
-//! Windows named pipes: not written yet (see the Windows issue).
+//! Windows named pipes (`\\.\pipe\NAME`): the client end the bridge
+//! connects with, and the server end, [`PipeListener`], on which an app (and
+//! our tests) accepts bridges.
+//!
+//! # Full duplex without deadlock
+//!
+//! The relay waits for the app's next message while it sends the client's
+//! next request, on the same pipe. A handle opened without
+//! `FILE_FLAG_OVERLAPPED` is a *synchronous* handle, and Windows serializes
+//! all I/O on it: a `WriteFile` waits until the pending `ReadFile` is done.
+//! A bridge waiting for a reply could then never send the request that
+//! produces it. The `CreateFileW` documentation says so for
+//! `FILE_FLAG_OVERLAPPED`: "If this flag is specified, the file can be used
+//! for simultaneous read and write operations. If this flag is not
+//! specified, then I/O operations are serialized, even if the calls to the
+//! read and write functions specify an OVERLAPPED structure." (See also
+//! Raymond Chen, "All I/O on a synchronous file handle is serialized; that's
+//! why it's called a synchronous file handle", The Old New Thing,
+//! 2013-08-22.) Wine does *not* serialize, so a test under Wine cannot catch
+//! this mistake: the design has to rule it out.
+//!
+//! So each connection is one handle opened with `FILE_FLAG_OVERLAPPED`, and
+//! each direction has its own `OVERLAPPED` structure, its own completion
+//! event, and its own thread from `blocking`'s pool (through
+//! [`Unblock`]). The reading thread issues an overlapped `ReadFile` and
+//! waits for *its* event; the writing thread issues an overlapped
+//! `WriteFile` and waits for *its* event. Neither waits on the handle
+//! itself, and on an overlapped handle neither operation waits for the
+//! other, so a pending read never delays a write. (async-io's reactor cannot
+//! help here: on Windows it watches sockets only. One `Unblock<File>` cannot
+//! either: it runs one operation at a time.) Each direction buffers at most
+//! [`BUFFER_SIZE`] bytes, the relay's own bound, not `Unblock`'s 8 MiB
+//! default.
+//!
+//! Dropping a half sets its `stop` event: its thread cancels the pending
+//! operation (`CancelIoEx`) and waits for it to finish before letting go of
+//! the buffer. The handle closes when both halves are gone, so the peer sees
+//! the end of the stream.
+//!
+//! # No half-close
+//!
+//! Named pipes have no `shutdown(SHUT_WR)`: the only end-of-stream a pipe can
+//! send is closing the handle, which would also cut off the replies still on
+//! their way. So closing a [`Writer`] only flushes it; the app sees nothing.
+//! When the bridge's stdin ends, the relay keeps passing replies to stdout
+//! for the drain grace ([`DRAIN_GRACE`](crate::bridge::DRAIN_GRACE)); then the
+//! bridge exits, the handle closes, and the app's next read fails with
+//! `ERROR_BROKEN_PIPE` (its end of stream). A reply in flight within the grace
+//! reaches the client, as on Unix; unlike Unix, the app cannot use our EOF as
+//! its cue to close, so the bridge takes the whole grace to exit unless the
+//! app closes first.
+//!
+//! # Connecting
+//!
+//! A pipe whose instances are all taken answers `ERROR_PIPE_BUSY`: we wait
+//! with `WaitNamedPipeW` (on a pool thread, since it blocks) and try again,
+//! within the caller's connect timeout. A pipe that does not exist fails at
+//! once with `NotFound`. The pipe is opened with `SECURITY_SQOS_PRESENT |
+//! SECURITY_IDENTIFICATION`, so the server may learn who we are but cannot
+//! impersonate us.
 
-use std::io;
-use std::path::Path;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_lite::io::{AsyncRead, AsyncWrite};
 use smol::Unblock;
+use windows_sys::Win32::Foundation::{
+    ERROR_BROKEN_PIPE, ERROR_NO_DATA, ERROR_PIPE_BUSY, ERROR_PIPE_NOT_CONNECTED, ERROR_SEM_TIMEOUT,
+};
 
-pub(super) type Reader = Unblock<std::fs::File>;
-pub(super) type Writer = Unblock<std::fs::File>;
+use crate::relay::BUFFER_SIZE;
+use crate::sys::windows::{self as win, Event, Overlapped, Pipe};
 
-pub(super) async fn connect(_path: &Path, _timeout: Duration) -> io::Result<(Reader, Writer)> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "named pipes are not supported yet",
+pub(super) type Reader = PipeReader;
+pub(super) type Writer = PipeWriter;
+
+/// What every pipe name starts with (compared without regard to case).
+const PIPE_PREFIX: &str = r"\\.\pipe\";
+
+/// One connection attempt. `WouldBlock` means "busy, try again" (another
+/// client took the instance we waited for); every other error is final.
+pub(super) async fn connect(path: &Path, timeout: Duration) -> io::Result<(Reader, Writer)> {
+    let name = pipe_name(path)?;
+    let pipe = match Pipe::open(path) {
+        Err(e) if has_code(&e, ERROR_PIPE_BUSY) => {
+            smol::unblock(move || win::wait_named_pipe(&name, timeout))
+                .await
+                .map_err(|e| {
+                    if has_code(&e, ERROR_SEM_TIMEOUT) {
+                        io::ErrorKind::TimedOut.into()
+                    } else {
+                        e
+                    }
+                })?;
+            Pipe::open(path).map_err(|e| {
+                if has_code(&e, ERROR_PIPE_BUSY) {
+                    io::ErrorKind::WouldBlock.into()
+                } else {
+                    e
+                }
+            })?
+        }
+        other => other?,
+    };
+    split(pipe)
+}
+
+/// The server end of a named pipe: where an app accepts bridges on Windows.
+///
+/// Every instance is created for overlapped, full-duplex, byte-mode I/O, and
+/// with `PIPE_REJECT_REMOTE_CLIENTS`, so only processes on this machine can
+/// connect. [`bind`](PipeListener::bind) creates the first instance with
+/// `FILE_FLAG_FIRST_PIPE_INSTANCE`, so it fails instead of joining a pipe
+/// that another process already serves. The instances get the default
+/// security descriptor.
+///
+/// One instance always waits for the next client, so a client never finds
+/// the pipe busy or absent while the app is between two
+/// [`accept`](PipeListener::accept)s; it is connected at once and accept
+/// returns it later. Dropping the listener closes that waiting instance;
+/// connections already accepted live on.
+///
+/// ```no_run
+/// # fn main() -> std::io::Result<()> {
+/// use futures_lite::io::{AsyncBufReadExt, BufReader};
+/// use mcp_bridge::endpoint::PipeListener;
+///
+/// smol::block_on(async {
+///     let listener = PipeListener::bind(r"\\.\pipe\my-app-mcp")?;
+///     let (reader, _writer) = listener.accept().await?;
+///     let mut handshake = String::new();
+///     BufReader::new(reader).read_line(&mut handshake).await?;
+///     Ok(())
+/// })
+/// # }
+/// ```
+pub struct PipeListener {
+    path: PathBuf,
+    /// `path` as NUL-terminated UTF-16.
+    name: Vec<u16>,
+    /// The instance the next client connects to.
+    next: Mutex<Option<Pipe>>,
+}
+
+impl PipeListener {
+    /// Creates the pipe `path`, which must look like `\\.\pipe\NAME`.
+    /// Fails with `PermissionDenied` if a pipe of that name already exists.
+    pub fn bind(path: impl AsRef<Path>) -> io::Result<PipeListener> {
+        let path = path.as_ref().to_path_buf();
+        let name = pipe_name(&path)?;
+        let first = Pipe::create(&name, true, BUFFER_SIZE as u32)?;
+        Ok(PipeListener {
+            path,
+            name,
+            next: Mutex::new(Some(first)),
+        })
+    }
+
+    /// The pipe's name, as given to [`bind`](PipeListener::bind).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits for the next client and returns the two halves of its
+    /// connection. Dropping both halves closes it; the client then reads the
+    /// end of the stream. Cancelling the returned future (dropping it) stops
+    /// the wait.
+    pub async fn accept(&self) -> io::Result<(super::Reader, super::Writer)> {
+        let waiting = self.take_next();
+        let pipe = match waiting {
+            Some(pipe) => pipe,
+            None => Pipe::create(&self.name, false, BUFFER_SIZE as u32)?,
+        };
+        let stop = Arc::new(Event::new()?);
+        let _cancel_on_drop = StopOnDrop(stop.clone());
+        let mut op = Overlapped::new()?;
+        let pipe = smol::unblock(move || pipe.connect(&mut op, &stop).map(|()| pipe)).await?;
+        // Have the next instance ready before handing this one out. If that
+        // fails (out of handles, say), the next accept tries again and
+        // reports the error.
+        let next = Pipe::create(&self.name, false, BUFFER_SIZE as u32).ok();
+        *self.next.lock().unwrap_or_else(PoisonError::into_inner) = next;
+        let (reader, writer) = split(pipe)?;
+        Ok((super::Reader(reader), super::Writer(writer)))
+    }
+
+    fn take_next(&self) -> Option<Pipe> {
+        self.next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl fmt::Debug for PipeListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PipeListener")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// The reading half of a pipe connection.
+#[derive(Debug)]
+pub(crate) struct PipeReader {
+    io: Unblock<Half>,
+    _stop: StopOnDrop,
+}
+
+/// The writing half of a pipe connection. Closing it only flushes (see the
+/// module docs: pipes have no half-close).
+#[derive(Debug)]
+pub(crate) struct PipeWriter {
+    io: Unblock<Half>,
+    _stop: StopOnDrop,
+}
+
+/// Splits a connected pipe into its two directions, each with its own
+/// `OVERLAPPED`, event and pool thread.
+fn split(pipe: Pipe) -> io::Result<(PipeReader, PipeWriter)> {
+    let pipe = Arc::new(pipe);
+    let (read_half, read_stop) = Half::new(pipe.clone())?;
+    let (write_half, write_stop) = Half::new(pipe)?;
+    Ok((
+        PipeReader {
+            io: Unblock::with_capacity(BUFFER_SIZE, read_half),
+            _stop: read_stop,
+        },
+        PipeWriter {
+            io: Unblock::with_capacity(BUFFER_SIZE, write_half),
+            _stop: write_stop,
+        },
     ))
+}
+
+/// One direction of a pipe, used with blocking calls from a pool thread.
+#[derive(Debug)]
+struct Half {
+    pipe: Arc<Pipe>,
+    op: Overlapped,
+    stop: Arc<Event>,
+}
+
+impl Half {
+    fn new(pipe: Arc<Pipe>) -> io::Result<(Half, StopOnDrop)> {
+        let stop = Arc::new(Event::new()?);
+        let half = Half {
+            pipe,
+            op: Overlapped::new()?,
+            stop: stop.clone(),
+        };
+        Ok((half, StopOnDrop(stop)))
+    }
+}
+
+impl Read for Half {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.pipe.read(&mut self.op, buf, &self.stop) {
+            // The other end closed or disconnected: the end of the stream.
+            Err(e) if is_hangup(&e) => Ok(0),
+            other => other,
+        }
+    }
+}
+
+impl Write for Half {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.pipe.write(&mut self.op, buf, &self.stop).map_err(|e| {
+            if is_hangup(&e) {
+                io::Error::new(io::ErrorKind::BrokenPipe, e)
+            } else {
+                e
+            }
+        })
+    }
+
+    /// Nothing to do: a completed `WriteFile` has handed its bytes to the
+    /// pipe. (`FlushFileBuffers` would wait for the peer to read them all.)
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sets the event when dropped: how a dropped half (or a cancelled accept)
+/// tells its pool thread to abandon the operation it waits for.
+#[derive(Debug)]
+struct StopOnDrop(Arc<Event>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+impl AsyncRead for PipeReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    /// Flushes, and keeps the pipe open for the replies still to come.
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+}
+
+/// Checks that `path` names a pipe and returns it as NUL-terminated UTF-16.
+fn pipe_name(path: &Path) -> io::Result<Vec<u16>> {
+    let name = win::wide(path.as_os_str())?;
+    let prefix: Vec<u16> = PIPE_PREFIX.encode_utf16().collect();
+    // Longer than the prefix plus the NUL: the pipe needs a name of its own.
+    let is_pipe = name.len() > prefix.len() + 1
+        && name
+            .iter()
+            .zip(&prefix)
+            .all(|(&c, &p)| ascii_lowercase(c) == p);
+    if !is_pipe {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "on Windows the endpoint must be a named pipe, {}NAME",
+                PIPE_PREFIX
+            ),
+        ));
+    }
+    Ok(name)
+}
+
+fn ascii_lowercase(c: u16) -> u16 {
+    if (u16::from(b'A')..=u16::from(b'Z')).contains(&c) {
+        c + 32
+    } else {
+        c
+    }
+}
+
+fn has_code(e: &io::Error, code: u32) -> bool {
+    e.raw_os_error() == Some(code as i32)
+}
+
+/// Errors that mean the other end of the pipe is gone.
+fn is_hangup(e: &io::Error) -> bool {
+    has_code(e, ERROR_BROKEN_PIPE)
+        || has_code(e, ERROR_NO_DATA)
+        || has_code(e, ERROR_PIPE_NOT_CONNECTED)
 }
