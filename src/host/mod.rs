@@ -268,7 +268,9 @@ async fn accept_loop(
                     // then dropped, which is all there is left to do.
                     let _ = ready.send(Ok(connection)).await;
                 }
-                Err(HandshakeFailure::Stopped) => {}
+                // Not worth a line: a shutdown, or a liveness probe (such as
+                // another `Listener::bind` checking whether we are alive).
+                Err(HandshakeFailure::Stopped) | Err(HandshakeFailure::Probe) => {}
                 Err(failure) => log(format_args!("dropped a connection: {}", failure)),
             }
             drop(permit);
@@ -282,7 +284,10 @@ async fn accept_loop(
 enum HandshakeFailure {
     TooLong(usize),
     TimedOut(Duration),
+    /// Closed after sending part of a handshake.
     Closed,
+    /// Closed without sending a byte: someone checking that we listen.
+    Probe,
     Io(io::Error),
     Invalid(crate::handshake::HandshakeError),
     /// The listener was dropped while waiting: not worth a log line.
@@ -298,7 +303,8 @@ impl fmt::Display for HandshakeFailure {
             HandshakeFailure::TimedOut(limit) => {
                 write!(f, "no complete handshake within {:?}", limit)
             }
-            HandshakeFailure::Closed => f.write_str("closed before sending its handshake"),
+            HandshakeFailure::Closed => f.write_str("closed in the middle of its handshake"),
+            HandshakeFailure::Probe => f.write_str("closed without sending anything"),
             HandshakeFailure::Io(e) => write!(f, "reading its handshake failed: {}", e),
             HandshakeFailure::Invalid(e) => e.fmt(f),
             HandshakeFailure::Stopped => f.write_str("the listener stopped"),
@@ -318,6 +324,7 @@ async fn read_handshake(
         let mut chunk = [0u8; READ_CHUNK];
         loop {
             let n = match inner.read(&mut chunk).await {
+                Ok(0) if buffer.is_empty() => return Err(HandshakeFailure::Probe),
                 Ok(0) => return Err(HandshakeFailure::Closed),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -565,6 +572,14 @@ mod tests {
     fn eof_and_invalid_lines_are_failures() {
         smol::block_on(async {
             let (peer, ours) = pair();
+            drop(peer);
+            let e = read_handshake(ours, 1024, Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, HandshakeFailure::Probe), "{}", e);
+
+            let (mut peer, ours) = pair();
+            peer.write_all(b"{\"project\"").await.unwrap();
             drop(peer);
             let e = read_handshake(ours, 1024, Duration::from_secs(5))
                 .await
