@@ -259,6 +259,34 @@ fn missing_directory_is_a_clear_error() {
     assert!(e.to_string().contains(&*path.to_string_lossy()), "{}", e);
 }
 
+#[test]
+fn too_long_a_path_is_a_clear_error() {
+    let dir = TempDir::new("long", 0o700);
+    let path = dir.0.join("x".repeat(120));
+    let e = Listener::bind(&path).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::InvalidInput, "{}", e);
+    assert!(e.to_string().contains("too long"), "{}", e);
+    assert!(
+        dir.entries().is_empty(),
+        "nothing left behind: {:?}",
+        dir.entries()
+    );
+
+    // A path that fits, in a directory so deep that the private bind path
+    // beside it does not.
+    let base = dir.0.as_os_str().len();
+    let deep = dir.0.join("d".repeat(100 - base));
+    fs::create_dir(&deep).unwrap();
+    let e = Listener::bind(deep.join("a")).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::InvalidInput, "{}", e);
+    assert!(e.to_string().contains("too long"), "{}", e);
+    assert_eq!(
+        fs::read_dir(&deep).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+}
+
 /// Oversized, invalid, unfinished and absent handshakes each cost only
 /// their own connection: good peers arriving meanwhile are accepted at once.
 #[test]

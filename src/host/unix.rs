@@ -19,9 +19,14 @@
 //! when the name exists, so a socket that another process bound there in
 //! the meantime is never replaced. A Unix socket is found by its inode, so
 //! connecting through the link reaches our listener; the private name and
-//! directory are then removed. The cost: the private path is a few bytes
-//! longer than the endpoint, which matters only for paths within ~16 bytes
-//! of the OS limit (108 bytes on Linux, 104 on macOS).
+//! directory are then removed. The cost: the private path
+//! (`<dir>/.mcpb<pid>.<n>/s`) can be a few bytes longer than the endpoint,
+//! which matters only for paths within ~10 bytes of the OS limit (108 bytes
+//! on Linux, 104 on macOS); `bind` then says so.
+//!
+//! As with any socket, the endpoint's directory should be writable by its
+//! owner only (`$XDG_RUNTIME_DIR`, an app data directory): whoever can write
+//! there can rename the file away, even if they cannot connect to it.
 //!
 //! # An existing file at the endpoint
 //!
@@ -62,6 +67,11 @@ const SOCKET_MODE: u32 = 0o600;
 /// moment and win each race).
 const BIND_ATTEMPTS: usize = 3;
 
+/// Names tried for the private directory before giving up: a few are taken
+/// only if an earlier process with our pid crashed mid-bind, or if someone
+/// who can write to the endpoint's directory is squatting them.
+const PRIVATE_DIR_ATTEMPTS: usize = 64;
+
 /// Distinguishes the private directories of concurrent binds in one process.
 static PRIVATE_DIRS: AtomicUsize = AtomicUsize::new(0);
 
@@ -80,22 +90,45 @@ pub(super) struct SocketFile {
 }
 
 pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
-    let file_name = match path.file_name() {
-        Some(name) => name,
-        None => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the endpoint must be a file path",
-            ))
-        }
-    };
+    if path.file_name().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the endpoint must be a file path",
+        ));
+    }
+    // Bridges connect by this path, so it must fit in a socket address
+    // (linking it into place would not mind its length).
+    if rustix::net::SocketAddrUnix::new(path).is_err() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the socket path is too long ({} bytes); the OS allows about 100",
+                path.as_os_str().len()
+            ),
+        ));
+    }
     let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
     let private = PrivateDir::create(parent)?;
-    let temporary = private.path.join(file_name);
-    let listener = std::os::unix::net::UnixListener::bind(&temporary)?;
+    // One letter: the private path is as short as it can be.
+    let temporary = private.path.join("s");
+    let listener = match std::os::unix::net::UnixListener::bind(&temporary) {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the socket path is too long: the socket is first bound at '{}' \
+                     ({} bytes), and the OS allows about 100",
+                    temporary.display(),
+                    temporary.as_os_str().len()
+                ),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
     fs::set_permissions(&temporary, fs::Permissions::from_mode(SOCKET_MODE))?;
     let metadata = fs::symlink_metadata(&temporary)?;
     publish(&temporary, path)?;
@@ -202,7 +235,7 @@ impl PrivateDir {
     fn create(parent: &Path) -> io::Result<PrivateDir> {
         let mut builder = fs::DirBuilder::new();
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        loop {
+        for _ in 0..PRIVATE_DIR_ATTEMPTS {
             // Short, to stay clear of the socket path length limit.
             let n = PRIVATE_DIRS.fetch_add(1, Ordering::Relaxed);
             let path = parent.join(format!(".mcpb{}.{}", std::process::id(), n));
@@ -213,6 +246,10 @@ impl PrivateDir {
                 Err(e) => return Err(e),
             }
         }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "cannot create a private directory beside the endpoint: every name tried is taken",
+        ))
     }
 }
 
