@@ -385,6 +385,31 @@ fn stdin_eof_drains_the_reply_in_flight() {
     });
 }
 
+/// A client that stops reading (closes the bridge's stdout) ends the bridge
+/// quietly once there is something to write: Windows reports the closed
+/// pipe as ERROR_NO_DATA, which must read as "the client is gone", exit 0.
+#[test]
+fn closed_stdout_ends_the_bridge() {
+    let pipe = unique_pipe("stdout-gone");
+    let listener = PipeListener::bind(&pipe).unwrap();
+    let mut bridge = Bridge::spawn(&pipe, &[]);
+    run(async {
+        let (_, _requests, mut writer) = accept_bridge(&listener).await;
+        drop(bridge.stdout.take());
+        let note = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/ping\"}\n";
+        // Ignore write errors: the bridge may already be gone.
+        while !bridge.has_exited() {
+            if writer.write_all(note).await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+            Timer::after(Duration::from_millis(20)).await;
+        }
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+        assert!(stderr.is_empty(), "quietly: {}", stderr);
+    });
+}
+
 /// Dropping one side's halves, even with a read pending on them, closes the
 /// connection: the other side reads the end of the stream.
 #[test]

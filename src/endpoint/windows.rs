@@ -369,3 +369,87 @@ fn is_hangup(e: &io::Error) -> bool {
         || has_code(e, ERROR_NO_DATA)
         || has_code(e, ERROR_PIPE_NOT_CONNECTED)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use windows_sys::Win32::Foundation::ERROR_OPERATION_ABORTED;
+
+    fn unique_pipe(tag: &str) -> PathBuf {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        PathBuf::from(format!(
+            r"\\.\pipe\mcp-bridge-unit-{}-{}-{}",
+            std::process::id(),
+            tag,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Runs `f` on its own thread and fails if it has not returned within
+    /// a few seconds, instead of hanging the test run.
+    fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("blocked: the handle behaves as a synchronous one")
+    }
+
+    /// A read with its `stop` event already set, on a pipe where no data
+    /// will come. On an overlapped handle ReadFile returns at once with the
+    /// read pending, which is then cancelled. On a synchronous handle it
+    /// would block until data arrives, and every write on the handle would
+    /// queue behind it on Windows: the deadlock the module docs describe.
+    /// Wine blocks such reads too, so this catches a lost
+    /// FILE_FLAG_OVERLAPPED even though Wine does not serialize.
+    fn assert_overlapped(pipe: Arc<Pipe>) {
+        let err = within_seconds(move || {
+            let stop = Event::new().unwrap();
+            stop.set();
+            let mut op = Overlapped::new().unwrap();
+            let mut buf = [0u8; 16];
+            pipe.read(&mut op, &mut buf, &stop).unwrap_err()
+        });
+        assert!(has_code(&err, ERROR_OPERATION_ABORTED), "{}", err);
+    }
+
+    #[test]
+    fn both_ends_of_a_connection_are_overlapped() {
+        let path = unique_pipe("overlapped");
+        let name = pipe_name(&path).unwrap();
+        let server = Pipe::create(&name, true, BUFFER_SIZE as u32).unwrap();
+        let client = Pipe::open(&path).unwrap();
+        let server = within_seconds(move || {
+            let stop = Event::new().unwrap();
+            server
+                .connect(&mut Overlapped::new().unwrap(), &stop)
+                .unwrap();
+            server
+        });
+        // Both stay open until the end, so neither read sees a hang-up.
+        let (client, server) = (Arc::new(client), Arc::new(server));
+        assert_overlapped(client.clone());
+        assert_overlapped(server.clone());
+        drop((client, server));
+    }
+
+    #[test]
+    fn pipe_names_are_checked() {
+        for good in [r"\\.\pipe\app", r"\\.\PIPE\App-1", r"\\.\Pipe\a\b"] {
+            assert!(pipe_name(Path::new(good)).is_ok(), "{}", good);
+        }
+        for bad in [
+            r"\\.\pipe\",
+            r"C:\app.sock",
+            r"pipe\app",
+            r"\\server\pipe\app",
+            "",
+        ] {
+            let err = pipe_name(Path::new(bad)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{}", bad);
+        }
+    }
+}
