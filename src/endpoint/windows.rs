@@ -115,15 +115,19 @@ pub(super) async fn connect(path: &Path, timeout: Duration) -> io::Result<(Reade
 /// Every instance is created for overlapped, full-duplex, byte-mode I/O, and
 /// with `PIPE_REJECT_REMOTE_CLIENTS`, so only processes on this machine can
 /// connect. [`bind`](PipeListener::bind) creates the first instance with
-/// `FILE_FLAG_FIRST_PIPE_INSTANCE`, so it fails instead of joining a pipe
-/// that another process already serves. The instances get the default
-/// security descriptor.
+/// `FILE_FLAG_FIRST_PIPE_INSTANCE`, so on Windows it fails instead of
+/// joining a pipe that another process already serves (Wine 8 ignores that
+/// flag). The instances get the default security descriptor, which grants
+/// full control to the creator, LocalSystem and administrators, and *read*
+/// access to Everyone: a host that must admit only its own user needs a
+/// further check.
 ///
-/// One instance always waits for the next client, so a client never finds
-/// the pipe busy or absent while the app is between two
-/// [`accept`](PipeListener::accept)s; it is connected at once and accept
-/// returns it later. Dropping the listener closes that waiting instance;
-/// connections already accepted live on.
+/// One instance always waits for the next client: a client that arrives
+/// while the app is between two [`accept`](PipeListener::accept)s is
+/// connected at once, and the next accept returns it. Further clients find
+/// the pipe busy and wait (the bridge does, within its connect timeout)
+/// until an accept readies another instance. Dropping the listener closes
+/// the waiting instance; connections already accepted live on.
 ///
 /// ```no_run
 /// # fn main() -> std::io::Result<()> {
@@ -149,7 +153,8 @@ pub struct PipeListener {
 
 impl PipeListener {
     /// Creates the pipe `path`, which must look like `\\.\pipe\NAME`.
-    /// Fails with `PermissionDenied` if a pipe of that name already exists.
+    /// On Windows, fails with `PermissionDenied` if a pipe of that name
+    /// already exists.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<PipeListener> {
         let path = path.as_ref().to_path_buf();
         let name = pipe_name(&path)?;
