@@ -8,7 +8,7 @@
 //! [`host::Listener`](crate::host::Listener), so only this user gets in.
 //!
 //! Lifetimes are tied both ways: when the bridge goes, the child is stopped
-//! with [`app_server::shutdown_child`] (stdin closed, a grace, SIGTERM,
+//! with [`app_server::shutdown_child`](crate::app_server::shutdown_child) (stdin closed, a grace, SIGTERM,
 //! SIGKILL, always reaped); when the child exits, the connection is closed.
 //! SIGINT or SIGTERM stop the whole server the same way, and exit cleanly.
 //!
