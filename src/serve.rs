@@ -4,13 +4,16 @@
 //! Each bridge that connects gets its own run of the command, with the
 //! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER`, and its
 //! connection relayed to the child's stdin and from its stdout by the same
-//! [`relay`](crate::relay) the bridge itself uses. The listening side is
-//! [`host::Listener`](crate::host::Listener), so only this user gets in.
+//! [`relay`] the bridge itself uses. The listening side is
+//! [`host::Listener`], so only this user gets in.
 //!
 //! Lifetimes are tied both ways: when the bridge goes, the child is stopped
-//! with [`app_server::shutdown_child`](crate::app_server::shutdown_child) (stdin closed, a grace, SIGTERM,
+//! with [`app_server::shutdown_child`] (stdin closed, a grace, SIGTERM,
 //! SIGKILL, always reaped); when the child exits, the connection is closed.
 //! SIGINT or SIGTERM stop the whole server the same way, and exit cleanly.
+//!
+//! [`host::Listener`]: crate::host::Listener
+//! [`app_server::shutdown_child`]: crate::app_server::shutdown_child
 //!
 //! The child's stderr is read line by line and copied to ours behind a
 //! `[<requester>]` prefix: it must be drained anyway (a full pipe would stall
