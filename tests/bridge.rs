@@ -3,6 +3,7 @@
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::io::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -680,4 +681,80 @@ fn demo_runs_a_session() {
     assert!(stdout.contains("hello through the bridge"), "{}", stdout);
     assert!(stdout.contains("bridge exited with code 0"), "{}", stdout);
     assert!(stdout.trim_end().ends_with("demo OK"), "{}", stdout);
+}
+
+/// Node.js spawns children with socketpairs as stdio: the bridge relays over
+/// them too, and leaves the shared file description blocking, as it found
+/// it (our own copy of the child's end shares that description).
+#[test]
+fn socketpair_stdio_works_and_keeps_descriptions_blocking() {
+    let (ours_in, theirs_in) = UnixStream::pair().unwrap();
+    let (ours_out, theirs_out) = UnixStream::pair().unwrap();
+    let shared = vec![
+        OwnedFd::from(theirs_in.try_clone().unwrap()),
+        OwnedFd::from(theirs_out.try_clone().unwrap()),
+    ];
+    round_trip_with_stdio(
+        Stdio::from(OwnedFd::from(theirs_in)),
+        Stdio::from(OwnedFd::from(theirs_out)),
+        Box::new(ours_in),
+        Box::new(ours_out),
+        shared,
+    );
+}
+
+/// Rust, Python and Go spawners use pipes: same checks.
+#[test]
+fn pipe_stdio_works_and_keeps_descriptions_blocking() {
+    // CLOEXEC, or the bridge inherits our ends and never sees EOF.
+    let cloexec = rustix::pipe::PipeFlags::CLOEXEC;
+    let (in_read, in_write) = rustix::pipe::pipe_with(cloexec).unwrap();
+    let (out_read, out_write) = rustix::pipe::pipe_with(cloexec).unwrap();
+    let shared = vec![in_read.try_clone().unwrap(), out_write.try_clone().unwrap()];
+    round_trip_with_stdio(
+        Stdio::from(in_read),
+        Stdio::from(out_write),
+        Box::new(std::fs::File::from(in_write)),
+        Box::new(std::fs::File::from(out_read)),
+        shared,
+    );
+}
+
+fn round_trip_with_stdio(
+    child_stdin: Stdio,
+    child_stdout: Stdio,
+    mut to_bridge: Box<dyn Write>,
+    from_bridge: Box<dyn Read>,
+    shared: Vec<OwnedFd>,
+) {
+    let dir = TempDir::new("stdio-kind");
+    let listener = UnixListener::bind(dir.socket()).unwrap();
+    let (_handshake, host) = echo_host(listener);
+    let mut child = bridge(&dir.socket(), &[])
+        .stdin(child_stdin)
+        .stdout(child_stdout)
+        .spawn()
+        .unwrap();
+    let mut from_bridge = BufReader::new(from_bridge);
+    for i in 0..50 {
+        writeln!(to_bridge, "{{\"id\":{}}}", i).unwrap();
+        let mut line = String::new();
+        from_bridge.read_line(&mut line).unwrap();
+        assert_eq!(line, format!("{{\"id\":{}}}\n", i));
+    }
+    for fd in &shared {
+        let flags = rustix::fs::fcntl_getfl(fd).unwrap();
+        assert!(
+            !flags.contains(rustix::fs::OFlags::NONBLOCK),
+            "the bridge made an inherited description non-blocking"
+        );
+    }
+    // Our copies of the child's ends would keep its stdout open forever.
+    drop(shared);
+    drop(to_bridge);
+    let mut rest = Vec::new();
+    from_bridge.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    host.join().unwrap();
 }
