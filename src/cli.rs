@@ -30,7 +30,7 @@ const MAX_MAX_CONNECTIONS: usize = 100_000;
 const MAX_CONNECT_TIMEOUT_SECS: f64 = 86_400.0;
 
 /// What the user asked for.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// Print the usage text on stdout and exit 0.
     Help,
@@ -45,7 +45,7 @@ pub enum Command {
 }
 
 /// The arguments of `mcp-bridge mcp-server`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeArgs {
     /// Socket path (Unix) or pipe name (Windows) of the app's MCP server.
     pub endpoint: PathBuf,
@@ -58,7 +58,7 @@ pub struct BridgeArgs {
 }
 
 /// The arguments of `mcp-bridge serve`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeArgs {
     /// Socket path (Unix) or pipe name (Windows) to listen on.
     pub endpoint: PathBuf,

@@ -258,7 +258,7 @@ async fn serve_connection(
     let status = shutdown_child(&mut child).await;
     future::or(
         async {
-            let _ = copying.await;
+            copying.await;
         },
         async {
             Timer::after(STDERR_SETTLE).await;
@@ -346,7 +346,9 @@ impl fmt::Display for Label {
 fn command_line(args: &ServeArgs) -> String {
     let mut line = format!("'{}'", args.program.to_string_lossy());
     for arg in &args.args {
-        line.push_str(&format!(" '{}'", arg.to_string_lossy()));
+        line.push_str(" '");
+        line.push_str(&arg.to_string_lossy());
+        line.push('\'');
     }
     line
 }

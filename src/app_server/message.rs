@@ -79,7 +79,7 @@ impl From<RequestId> for Value {
 }
 
 /// A message the child sent on its own initiative, rather than as a response.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Incoming {
     /// A message with a `method` and no `id`; it expects no answer.
     Notification {

@@ -10,13 +10,16 @@
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::OwnedFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use async_io::Async;
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+use rustix::net::SocketFlags;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
 use smol::net::unix::UnixStream;
 
 pub(super) type Reader = UnixStream;
@@ -27,6 +30,26 @@ pub(super) type Writer = UnixStream;
 const MAX_PATH_BYTES: usize = 107;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const MAX_PATH_BYTES: usize = 103;
+
+/// A new non-blocking, close-on-exec Unix stream socket.
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn nonblocking_socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// Apple systems cannot set the flags atomically at creation.
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+fn nonblocking_socket() -> io::Result<OwnedFd> {
+    let socket = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
+    rustix::io::fcntl_setfd(&socket, rustix::io::FdFlags::CLOEXEC)?;
+    rustix::io::ioctl_fionbio(&socket, true)?;
+    Ok(socket)
+}
 
 /// One connection attempt: `WouldBlock` means "busy, try again"; every other
 /// error is final.
@@ -42,12 +65,7 @@ pub(super) async fn connect(path: &Path, _timeout: Duration) -> io::Result<(Read
         ));
     }
     let address = SocketAddrUnix::new(path)?;
-    let socket = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let socket = nonblocking_socket()?;
     let pending = match rustix::net::connect(&socket, &address) {
         Ok(()) => false,
         Err(Errno::AGAIN) => return Err(io::ErrorKind::WouldBlock.into()),

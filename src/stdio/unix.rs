@@ -64,6 +64,19 @@ fn poll_socket<T>(
     }
 }
 
+/// `MSG_NOSIGNAL` makes a closed reader an `EPIPE` error rather than a
+/// `SIGPIPE`. Apple systems lack the flag; a Rust binary ignores `SIGPIPE`
+/// anyway, so there plain `MSG_DONTWAIT` behaves the same for the bridge.
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn send_flags() -> SendFlags {
+    SendFlags::DONTWAIT | SendFlags::NOSIGNAL
+}
+
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+fn send_flags() -> SendFlags {
+    SendFlags::DONTWAIT
+}
+
 pub(super) fn stdin() -> io::Result<Stdio> {
     open(io::stdin().as_fd(), false)
 }
@@ -135,10 +148,9 @@ impl AsyncWrite for Stdio {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            // MSG_NOSIGNAL: a closed reader is an EPIPE error, never SIGPIPE.
             Stdio::Socket(s) => poll_socket(
                 cx,
-                || rustix::net::send(s.get_ref(), buf, SendFlags::DONTWAIT | SendFlags::NOSIGNAL),
+                || rustix::net::send(s.get_ref(), buf, send_flags()),
                 |cx| s.poll_writable(cx),
             ),
             Stdio::Pipe(p) => Pin::new(p).poll_write(cx, buf),
