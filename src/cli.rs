@@ -207,106 +207,132 @@ where
     }
 }
 
-fn parse_mcp_server(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut endpoint: Option<OsString> = None;
-    let mut project: Option<String> = None;
-    let mut requester: Option<String> = None;
-    let mut timeout: Option<Duration> = None;
+/// One step through a subcommand's arguments.
+enum Arg {
+    /// `-h` or `--help`.
+    Help,
+    /// A known option and its value (inline after `=`, or the next argument).
+    Option(&'static str, OsString),
+    /// Anything that is not an option: a positional argument, `-`, or `--`.
+    Other(OsString),
+}
 
-    while let Some(arg) = args.next() {
+/// Walks a subcommand's arguments, accepting `--name value` and
+/// `--name=value` for the names in `known`, and turning the usual mistakes
+/// (an unknown option, a missing value) into usage errors.
+struct Options<I> {
+    args: I,
+    known: &'static [&'static str],
+}
+
+impl<I: Iterator<Item = OsString>> Options<I> {
+    fn next(&mut self) -> Result<Option<Arg>, UsageError> {
+        let arg = match self.args.next() {
+            Some(arg) => arg,
+            None => return Ok(None),
+        };
         let (name, inline) = match split_flag(&arg) {
             Some(parts) => parts,
-            None => return Err(unexpected(&arg, "mcp-server")),
+            None => return Ok(Some(Arg::Other(arg))),
         };
         if name == "-h" || name == "--help" {
-            return Ok(Command::Help);
+            return Ok(Some(Arg::Help));
         }
-        if !matches!(
-            name.as_str(),
-            "--endpoint" | "--project" | "--requester" | "--connect-timeout"
-        ) {
-            return Err(usage_error(format!("unknown option '{}'", name)));
-        }
-        let value = match inline.or_else(|| args.next()) {
-            Some(value) => value,
-            None => return Err(usage_error(format!("option '{}' needs a value", name))),
+        let known = match self.known.iter().find(|&&known| known == name) {
+            Some(known) => *known,
+            None => return Err(usage_error(format!("unknown option '{}'", name))),
         };
-        let repeated = match name.as_str() {
-            "--endpoint" => endpoint.replace(value).is_some(),
-            "--project" => project.replace(utf8(&name, value)?).is_some(),
-            "--requester" => requester.replace(utf8(&name, value)?).is_some(),
-            _ => timeout.replace(parse_timeout(&value)?).is_some(),
-        };
-        if repeated {
-            return Err(usage_error(format!(
-                "option '{}' given more than once",
-                name
-            )));
+        match inline.or_else(|| self.args.next()) {
+            Some(value) => Ok(Some(Arg::Option(known, value))),
+            None => Err(usage_error(format!("option '{}' needs a value", known))),
         }
     }
+}
 
-    let endpoint = match endpoint {
-        Some(endpoint) if !endpoint.is_empty() => PathBuf::from(endpoint),
-        Some(_) => return Err(usage_error("option '--endpoint' must not be empty")),
-        None => return Err(usage_error("missing required option '--endpoint <PATH>'")),
+/// Stores an option's value, refusing a second one.
+fn set_once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), UsageError> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(usage_error(format!(
+            "option '{}' given more than once",
+            name
+        ))),
+    }
+}
+
+fn required_endpoint(endpoint: Option<OsString>) -> Result<PathBuf, UsageError> {
+    match endpoint {
+        Some(endpoint) if !endpoint.is_empty() => Ok(PathBuf::from(endpoint)),
+        Some(_) => Err(usage_error("option '--endpoint' must not be empty")),
+        None => Err(usage_error("missing required option '--endpoint <PATH>'")),
+    }
+}
+
+fn parse_mcp_server(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut project = None;
+    let mut requester = None;
+    let mut timeout = None;
+    let mut options = Options {
+        args,
+        known: &[
+            "--endpoint",
+            "--project",
+            "--requester",
+            "--connect-timeout",
+        ],
     };
+    while let Some(arg) = options.next()? {
+        match arg {
+            Arg::Help => return Ok(Command::Help),
+            Arg::Other(arg) => return Err(unexpected(&arg, "mcp-server")),
+            Arg::Option(name @ "--endpoint", value) => set_once(&mut endpoint, name, value)?,
+            Arg::Option(name @ "--project", value) => {
+                set_once(&mut project, name, utf8(name, value)?)?
+            }
+            Arg::Option(name @ "--requester", value) => {
+                set_once(&mut requester, name, utf8(name, value)?)?
+            }
+            Arg::Option(name, value) => set_once(&mut timeout, name, parse_timeout(&value)?)?,
+        }
+    }
     Ok(Command::McpServer(BridgeArgs {
-        endpoint,
+        endpoint: required_endpoint(endpoint)?,
         project: project.unwrap_or_default(),
         requester: requester.unwrap_or_default(),
         connect_timeout: timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
     }))
 }
 
-fn parse_serve(mut args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut endpoint: Option<OsString> = None;
-    let mut max_connections: Option<usize> = None;
-    let mut command: Option<Vec<OsString>> = None;
-
-    while let Some(arg) = args.next() {
-        if arg == "--" {
-            command = Some(args.by_ref().collect());
-            break;
-        }
-        let (name, inline) = match split_flag(&arg) {
-            Some(parts) => parts,
-            None => {
+fn parse_serve(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut max_connections = None;
+    let mut command = Vec::new();
+    let mut options = Options {
+        args,
+        known: &["--endpoint", "--max-connections"],
+    };
+    while let Some(arg) = options.next()? {
+        match arg {
+            Arg::Help => return Ok(Command::Help),
+            Arg::Other(arg) if arg == "--" => {
+                command = options.args.by_ref().collect();
+                break;
+            }
+            Arg::Other(arg) => {
                 return Err(usage_error(format!(
                     "unexpected argument '{}' for 'serve' (the command goes after '--')",
                     arg.to_string_lossy()
                 )))
             }
-        };
-        if name == "-h" || name == "--help" {
-            return Ok(Command::Help);
-        }
-        if !matches!(name.as_str(), "--endpoint" | "--max-connections") {
-            return Err(usage_error(format!("unknown option '{}'", name)));
-        }
-        let value = match inline.or_else(|| args.next()) {
-            Some(value) => value,
-            None => return Err(usage_error(format!("option '{}' needs a value", name))),
-        };
-        let repeated = match name.as_str() {
-            "--endpoint" => endpoint.replace(value).is_some(),
-            _ => max_connections
-                .replace(parse_max_connections(&value)?)
-                .is_some(),
-        };
-        if repeated {
-            return Err(usage_error(format!(
-                "option '{}' given more than once",
-                name
-            )));
+            Arg::Option(name @ "--endpoint", value) => set_once(&mut endpoint, name, value)?,
+            Arg::Option(name, value) => {
+                set_once(&mut max_connections, name, parse_max_connections(&value)?)?
+            }
         }
     }
-
-    let endpoint = match endpoint {
-        Some(endpoint) if !endpoint.is_empty() => PathBuf::from(endpoint),
-        Some(_) => return Err(usage_error("option '--endpoint' must not be empty")),
-        None => return Err(usage_error("missing required option '--endpoint <PATH>'")),
-    };
-    let mut command = command.unwrap_or_default().into_iter();
+    let endpoint = required_endpoint(endpoint)?;
+    let mut command = command.into_iter();
     let program = match command.next() {
         Some(program) if !program.is_empty() => program,
         Some(_) => return Err(usage_error("the command after '--' must not be empty")),
