@@ -462,16 +462,16 @@ mod tests {
         });
     }
 
-    /// A writer that fails like a closed stdout.
-    struct BrokenPipe;
+    /// A writer whose every write fails with `kind`.
+    struct FailingWriter(io::ErrorKind);
 
-    impl AsyncWrite for BrokenPipe {
+    impl AsyncWrite for FailingWriter {
         fn poll_write(
             self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
             _: &[u8],
         ) -> std::task::Poll<io::Result<usize>> {
-            std::task::Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
+            std::task::Poll::Ready(Err(self.0.into()))
         }
         fn poll_flush(
             self: std::pin::Pin<&mut Self>,
@@ -494,9 +494,15 @@ mod tests {
             let (server_in, mut server_tx) = pipe();
             let (_server_rx, server_out) = pipe();
             server_tx.write_all(b"{\"id\":1}\n").await.unwrap();
-            let ending = relay(client_in, BrokenPipe, server_in, server_out, grace())
-                .await
-                .unwrap();
+            let ending = relay(
+                client_in,
+                FailingWriter(io::ErrorKind::BrokenPipe),
+                server_in,
+                server_out,
+                grace(),
+            )
+            .await
+            .unwrap();
             assert_eq!(ending, Ending::ClientGone);
         });
     }
@@ -504,34 +510,12 @@ mod tests {
     #[test]
     fn other_write_errors_are_reported_with_their_stage() {
         smol::block_on(async {
-            struct Denied;
-            impl AsyncWrite for Denied {
-                fn poll_write(
-                    self: std::pin::Pin<&mut Self>,
-                    _: &mut std::task::Context<'_>,
-                    _: &[u8],
-                ) -> std::task::Poll<io::Result<usize>> {
-                    std::task::Poll::Ready(Err(io::ErrorKind::PermissionDenied.into()))
-                }
-                fn poll_flush(
-                    self: std::pin::Pin<&mut Self>,
-                    _: &mut std::task::Context<'_>,
-                ) -> std::task::Poll<io::Result<()>> {
-                    std::task::Poll::Ready(Ok(()))
-                }
-                fn poll_close(
-                    self: std::pin::Pin<&mut Self>,
-                    _: &mut std::task::Context<'_>,
-                ) -> std::task::Poll<io::Result<()>> {
-                    std::task::Poll::Ready(Ok(()))
-                }
-            }
             let (server_in, _server_tx) = pipe();
             let err = relay(
                 Cursor::new(b"x".to_vec()),
                 Vec::new(),
                 server_in,
-                Denied,
+                FailingWriter(io::ErrorKind::PermissionDenied),
                 grace(),
             )
             .await
