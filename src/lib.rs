@@ -55,6 +55,9 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_code)]
 
+#[macro_use]
+mod forward;
+
 pub mod app_server;
 pub mod bridge;
 pub mod cli;

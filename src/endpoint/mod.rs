@@ -11,13 +11,10 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_io::Timer;
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite};
 
 #[cfg(unix)]
 #[path = "unix.rs"]
@@ -125,30 +122,5 @@ pub struct Reader(sys::Reader);
 #[derive(Debug)]
 pub struct Writer(sys::Writer);
 
-impl AsyncRead for Reader {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Writer {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_close(cx)
-    }
-}
+forward_async_read!(Reader);
+forward_async_write!(Writer);

@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use async_io::Timer;
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use futures_lite::io::{AsyncRead, AsyncReadExt};
 use smol::channel::{self, Receiver, Sender};
 use smol::lock::Semaphore;
 use smol::Task;
@@ -389,23 +389,7 @@ impl fmt::Debug for Reader {
     }
 }
 
-impl AsyncWrite for Writer {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_close(cx)
-    }
-}
+forward_async_write!(Writer);
 
 impl BindError {
     /// The endpoint that could not be bound.

@@ -8,10 +8,6 @@
 //! done without changing the file description our parent may share.
 
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use futures_lite::io::{AsyncRead, AsyncWrite};
 
 #[cfg(unix)]
 #[path = "unix.rs"]
@@ -39,30 +35,5 @@ pub fn stdout() -> io::Result<Stdout> {
     sys::stdout().map(Stdout)
 }
 
-impl AsyncRead for Stdin {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Stdout {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_close(cx)
-    }
-}
+forward_async_read!(Stdin);
+forward_async_write!(Stdout);
