@@ -2,42 +2,20 @@
 //! real Unix socket host in a temporary directory.
 #![cfg(unix)]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::io::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::TempDir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
-
-/// A private temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let path =
-            std::env::temp_dir().join(format!("mcpb-{}-{}-{}", tag, std::process::id(), nanos));
-        std::fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.0.join("app.sock")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn bridge(endpoint: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(BIN);
@@ -116,7 +94,7 @@ fn echo_host(listener: UnixListener) -> (mpsc::Receiver<String>, thread::JoinHan
 /// Sends `input` through a bridge to an echo host and returns what came back
 /// on stdout, plus the bridge's peak resident memory in KiB.
 fn echo_through_bridge(input: Vec<u8>) -> (Vec<u8>, Option<u64>) {
-    let dir = TempDir::new("echo");
+    let dir = TempDir::new("echo", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (handshake, host) = echo_host(listener);
     let mut child = spawn_bridge(&dir.socket());
@@ -162,7 +140,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 
 #[test]
 fn end_to_end_with_handshake() {
-    let dir = TempDir::new("e2e");
+    let dir = TempDir::new("e2e", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (handshake, host) = host(listener, |mut reader, mut writer| {
         let mut request = String::new();
@@ -201,7 +179,7 @@ fn end_to_end_with_handshake() {
 
 #[test]
 fn handshake_escapes_identity() {
-    let dir = TempDir::new("escape");
+    let dir = TempDir::new("escape", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (handshake, host) = host(listener, |_, _| {});
     let mut child = bridge(
@@ -222,7 +200,7 @@ fn handshake_escapes_identity() {
 
 #[test]
 fn absent_endpoint_fails_fast_and_names_the_path() {
-    let dir = TempDir::new("absent");
+    let dir = TempDir::new("absent", 0o700);
     let start = Instant::now();
     let mut child = spawn_bridge(&dir.socket());
     let status = wait_within(&mut child, Duration::from_secs(5));
@@ -270,7 +248,7 @@ fn connect_failure(endpoint: &Path, setup: impl FnOnce(&mut Command)) -> String 
 
 #[test]
 fn stale_socket_is_refused_at_once() {
-    let dir = TempDir::new("stale");
+    let dir = TempDir::new("stale", 0o700);
     drop(UnixListener::bind(dir.socket()).unwrap());
     let stderr = connect_failure(&dir.socket(), |_| {});
     assert!(stderr.contains("nothing is listening"), "{}", stderr);
@@ -278,7 +256,7 @@ fn stale_socket_is_refused_at_once() {
 
 #[test]
 fn regular_file_is_not_an_endpoint() {
-    let dir = TempDir::new("file");
+    let dir = TempDir::new("file", 0o700);
     std::fs::write(dir.socket(), b"not a socket").unwrap();
     let stderr = connect_failure(&dir.socket(), |_| {});
     assert!(stderr.contains("os error"), "{}", stderr);
@@ -286,7 +264,7 @@ fn regular_file_is_not_an_endpoint() {
 
 #[test]
 fn path_too_long_for_sun_path() {
-    let dir = TempDir::new("long");
+    let dir = TempDir::new("long", 0o700);
     let long = dir.0.join("x".repeat(200));
     let stderr = connect_failure(&long, |_| {});
     assert!(stderr.contains("too long"), "{}", stderr);
@@ -295,7 +273,7 @@ fn path_too_long_for_sun_path() {
 #[test]
 fn permission_denied() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new("perm");
+    let dir = TempDir::new("perm", 0o700);
     let private = dir.0.join("private");
     std::fs::create_dir(&private).unwrap();
     let socket = private.join("app.sock");
@@ -319,7 +297,7 @@ fn permission_denied() {
 #[test]
 fn connect_is_bounded_by_the_timeout() {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let dir = TempDir::new("backlog");
+    let dir = TempDir::new("backlog", 0o700);
     let listener = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -476,7 +454,7 @@ fn version_names_commit_and_target() {
 
 #[test]
 fn stdin_eof_right_after_connect_exits_0() {
-    let dir = TempDir::new("eof");
+    let dir = TempDir::new("eof", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (saw_eof_tx, saw_eof) = mpsc::channel();
     let (handshake, host) = host(listener, move |mut reader, _writer| {
@@ -503,7 +481,7 @@ fn stdin_eof_right_after_connect_exits_0() {
 /// stdout anyway (the drain), then the bridge exits 0.
 #[test]
 fn in_flight_reply_is_drained_after_stdin_eof() {
-    let dir = TempDir::new("drain");
+    let dir = TempDir::new("drain", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (_handshake, host) = host(listener, |mut reader, mut writer| {
         let mut request = String::new();
@@ -537,7 +515,7 @@ fn in_flight_reply_is_drained_after_stdin_eof() {
 /// after stdin closes: the drain grace (1 s) bounds it.
 #[test]
 fn drain_is_bounded_when_the_host_never_answers() {
-    let dir = TempDir::new("silent");
+    let dir = TempDir::new("silent", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (release_tx, release) = mpsc::channel::<()>();
     let (_handshake, host) = host(listener, move |_reader, _writer| {
@@ -565,7 +543,7 @@ fn drain_is_bounded_when_the_host_never_answers() {
 
 #[test]
 fn host_hang_up_ends_the_bridge_within_a_second() {
-    let dir = TempDir::new("hangup");
+    let dir = TempDir::new("hangup", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (hang_up_tx, hang_up) = mpsc::channel::<()>();
     let (_handshake, host) = host(listener, move |_reader, mut writer| {
@@ -617,7 +595,7 @@ fn a_64_mib_line_each_way_with_bounded_memory() {
 
 #[test]
 fn a_thousand_round_trips_in_order() {
-    let dir = TempDir::new("rtt");
+    let dir = TempDir::new("rtt", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (_handshake, host) = host(listener, |reader, mut writer| {
         for line in reader.lines() {
@@ -649,7 +627,7 @@ fn a_thousand_round_trips_in_order() {
 /// delivered, and the bridge leaves quietly instead of spinning.
 #[test]
 fn closed_stdout_ends_the_bridge_quietly() {
-    let dir = TempDir::new("stdout");
+    let dir = TempDir::new("stdout", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (go_tx, go) = mpsc::channel::<()>();
     let (_handshake, host) = host(listener, move |_reader, mut writer| {
@@ -735,7 +713,7 @@ fn round_trip_with_stdio(
     from_bridge: Box<dyn Read>,
     shared: Vec<OwnedFd>,
 ) {
-    let dir = TempDir::new("stdio-kind");
+    let dir = TempDir::new("stdio-kind", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (_handshake, host) = echo_host(listener);
     let mut child = bridge(&dir.socket(), &[])

@@ -2,6 +2,8 @@
 //! kept out, and what happens to the socket file.
 #![cfg(unix)]
 
+mod support;
+
 use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -15,51 +17,12 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use mcp_bridge::handshake::Handshake;
 use mcp_bridge::host::{Connection, Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::net::unix::UnixStream;
+use support::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
 /// The unprivileged user root's tests run the foreign bridge as.
 const NOBODY: u32 = 65534;
-
-/// A temporary directory with the given mode, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str, mode: u32) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "mcpb-host-{}-{}-{}",
-            tag,
-            std::process::id(),
-            nanos
-        ));
-        fs::create_dir(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
-        TempDir(path)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.0.join("app.sock")
-    }
-
-    fn entries(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()

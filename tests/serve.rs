@@ -2,6 +2,8 @@
 //! processes.
 #![cfg(unix)]
 
+mod support;
+
 use std::fs;
 use std::io::{BufRead, BufReader as StdBufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -17,42 +19,13 @@ use futures_lite::StreamExt;
 use rustix::process::{Pid, Signal};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
+use support::TempDir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
 /// A child that says who it serves, then echoes.
 const IDENTIFY_THEN_ECHO: &str =
     "echo \"$$ $MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER\"; echo \"hello from $$\" >&2; exec cat";
-
-/// A temporary directory with the given mode, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str, mode: u32) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "mcpb-serve-{}-{}-{}",
-            tag,
-            std::process::id(),
-            nanos
-        ));
-        fs::create_dir(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
-        TempDir(path)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.0.join("app.sock")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A running `mcp-bridge serve`, its stderr collected line by line.
 struct Serve {
