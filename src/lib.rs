@@ -70,3 +70,8 @@ pub mod serve;
 pub mod stdio;
 #[allow(unsafe_code, dead_code)]
 mod sys;
+
+/// The README's Rust examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
