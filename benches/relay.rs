@@ -10,7 +10,10 @@
 //! plain table with each figure's ratio to socat. See BENCHMARKS.md.
 //!
 //! `MCP_BRIDGE_BENCH_QUICK=1` runs one short round (a smoke test, not
-//! figures to quote); `MCP_BRIDGE_BENCH_ROUNDS=N` sets the number of rounds.
+//! figures to quote); `MCP_BRIDGE_BENCH_ROUNDS=N` sets the number of rounds;
+//! `MCP_BRIDGE_BENCH_ONLY=latency,pipes` (any of latency, spawn, hangup, flow,
+//! pipes, socketpairs) runs only the named scenarios and stdio modes;
+//! `MCP_BRIDGE_BENCH_BRIDGE=<path>` measures another build of the bridge.
 
 #[cfg(unix)]
 fn main() {
@@ -39,7 +42,12 @@ mod bench {
     use mcp_bridge::handshake::Handshake;
     use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
-    const BRIDGE: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+    /// The binary `cargo bench` built with the bench (release) profile,
+    /// unless `MCP_BRIDGE_BENCH_BRIDGE` names another build to measure.
+    fn bridge() -> PathBuf {
+        std::env::var_os("MCP_BRIDGE_BENCH_BRIDGE")
+            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-bridge")), PathBuf::from)
+    }
     const PROJECT: &str = "bench";
     const REQUESTER: &str = "bench";
 
@@ -67,6 +75,9 @@ mod bench {
         huge_line: u64,
         /// A session taking longer than this has stalled and is killed.
         stall_limit: Duration,
+        /// `MCP_BRIDGE_BENCH_ONLY`: scenarios and modes to run (all if none
+        /// of either kind is named).
+        only: Vec<String>,
     }
 
     impl Plan {
@@ -81,6 +92,7 @@ mod bench {
                     stream_bytes: 32 * MIB,
                     huge_line: 64 * MIB,
                     stall_limit: Duration::from_secs(20),
+                    only: Vec::new(),
                 }
             } else {
                 Plan {
@@ -91,6 +103,7 @@ mod bench {
                     stream_bytes: 256 * MIB,
                     huge_line: 256 * MIB,
                     stall_limit: Duration::from_secs(30),
+                    only: Vec::new(),
                 }
             };
             if let Some(n) = std::env::var("MCP_BRIDGE_BENCH_ROUNDS")
@@ -99,7 +112,20 @@ mod bench {
             {
                 plan.rounds = n;
             }
+            if let Ok(only) = std::env::var("MCP_BRIDGE_BENCH_ONLY") {
+                plan.only = only.split(',').map(|w| w.trim().to_string()).collect();
+            }
             plan
+        }
+
+        /// Whether `what` (a scenario or a mode, one of `kinds`) is to run.
+        fn wants(&self, what: &str, kinds: &[&str]) -> bool {
+            let named = |w: &str| self.only.iter().any(|o| o == w);
+            !kinds.iter().any(|k| named(k)) || named(what)
+        }
+
+        fn runs(&self, scenario: &str) -> bool {
+            self.wants(scenario, &["latency", "spawn", "hangup", "flow"])
         }
     }
 
@@ -296,7 +322,7 @@ mod bench {
     fn command(tool: Tool, endpoint: &Path) -> Command {
         match tool {
             Tool::Bridge => {
-                let mut c = Command::new(BRIDGE);
+                let mut c = Command::new(bridge());
                 c.arg("mcp-server").arg("--endpoint").arg(endpoint).args([
                     "--project",
                     PROJECT,
@@ -725,17 +751,19 @@ mod bench {
                 None
             }
         };
-        let r = ping(tool, mode, host, plan, plan.round_trips, out);
-        if let Some(f) = note(r, "round trips") {
-            out.failures.push(f);
+        if plan.runs("latency") {
+            let r = ping(tool, mode, host, plan, plan.round_trips, out);
+            if let Some(f) = note(r, "round trips") {
+                out.failures.push(f);
+            }
         }
-        for _ in 0..plan.spawns {
+        for _ in 0..if plan.runs("spawn") { plan.spawns } else { 0 } {
             let r = ping(tool, mode, host, plan, 1, out);
             if let Some(f) = note(r, "spawn") {
                 out.failures.push(f);
             }
         }
-        for _ in 0..plan.hangups {
+        for _ in 0..if plan.runs("hangup") { plan.hangups } else { 0 } {
             let r = hang_up(tool, mode, host, plan).map(|t| out.hangup_exit.push(t));
             if let Some(f) = note(r, "hang-up") {
                 out.failures.push(f);
@@ -755,7 +783,7 @@ mod bench {
                 lines: 1,
             },
         ];
-        for (k, stream) in streams.iter().enumerate() {
+        for (k, stream) in streams.iter().enumerate().filter(|_| plan.runs("flow")) {
             match flow(tool, mode, host, plan, pattern, *stream) {
                 Ok(f) => {
                     let secs = f.elapsed.as_secs_f64();
@@ -985,7 +1013,7 @@ mod bench {
         let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let copy =
             std::env::temp_dir().join(format!("mcp-bridge-bench-bin-{}", std::process::id()));
-        let stripped = fs::copy(BRIDGE, &copy).is_ok()
+        let stripped = fs::copy(bridge(), &copy).is_ok()
             && Command::new("strip")
                 .arg(&copy)
                 .stderr(Stdio::null())
@@ -994,7 +1022,7 @@ mod bench {
         let bytes = if stripped {
             size(&copy)
         } else {
-            size(Path::new(BRIDGE))
+            size(&bridge())
         };
         let _ = fs::remove_file(&copy);
         let socat = Command::new("sh")
@@ -1041,7 +1069,11 @@ mod bench {
         }
         let host = Host::new().expect("cannot create the echo host's socket");
         let pattern = Arc::new(pattern());
-        let modes = [Mode::Pipes, Mode::Socketpairs];
+        let modes: Vec<Mode> = [Mode::Pipes, Mode::Socketpairs]
+            .iter()
+            .copied()
+            .filter(|m| plan.wants(m.name(), &["pipes", "socketpairs"]))
+            .collect();
         let mut results: Vec<(Mode, Figures, Option<Figures>)> = modes
             .iter()
             .map(|&m| {
