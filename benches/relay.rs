@@ -45,9 +45,12 @@ mod bench {
     /// The binary `cargo bench` built with the bench (release) profile,
     /// unless `MCP_BRIDGE_BENCH_BRIDGE` names another build to measure.
     fn bridge() -> PathBuf {
-        std::env::var_os("MCP_BRIDGE_BENCH_BRIDGE")
-            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-bridge")), PathBuf::from)
+        std::env::var_os("MCP_BRIDGE_BENCH_BRIDGE").map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_mcp-bridge")),
+            PathBuf::from,
+        )
     }
+
     const PROJECT: &str = "bench";
     const REQUESTER: &str = "bench";
 
