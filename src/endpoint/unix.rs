@@ -1,6 +1,7 @@
-//! Unix domain sockets, driven by async-io's reactor. Both halves are clones
-//! of one smol `UnixStream`; closing the writer is `shutdown(SHUT_WR)`, a real
-//! half-close.
+//! Unix domain sockets, driven by async-io's reactor. Both halves share one
+//! registered socket; closing the writer is `shutdown(SHUT_WR)`, a real
+//! half-close. The reader skips the read that could only fail after a short
+//! one (see [`ReadReadiness`]).
 //!
 //! The connect is done by hand rather than with `UnixStream::connect`: when
 //! the listener's backlog is full, a non-blocking connect fails with `EAGAIN`,
@@ -8,22 +9,38 @@
 //! becomes `WouldBlock`, which the caller retries until its timeout: a busy
 //! app gets the whole connect timeout to accept us.
 
-use std::io;
+use std::io::{self, Read};
+use std::net::Shutdown;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::OwnedFd;
-use std::os::unix::net::UnixStream as StdUnixStream;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_io::Async;
+use futures_lite::io::{AsyncRead, AsyncWrite};
 use rustix::io::Errno;
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
 use rustix::net::SocketFlags;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
-use smol::net::unix::UnixStream;
 
-pub(super) type Reader = UnixStream;
-pub(super) type Writer = UnixStream;
+use crate::relay::ReadReadiness;
+
+/// The reading half of a connection.
+#[derive(Debug)]
+pub(super) struct Reader {
+    socket: Arc<Async<UnixStream>>,
+    readiness: ReadReadiness,
+}
+
+/// The writing half of a connection.
+#[derive(Debug)]
+pub(super) struct Writer {
+    socket: Arc<Async<UnixStream>>,
+}
 
 /// Room for a path in `sockaddr_un.sun_path`, less its terminating NUL.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -73,13 +90,53 @@ pub(super) async fn connect(path: &Path, _timeout: Duration) -> io::Result<(Read
         Err(Errno::INPROGRESS) => true,
         Err(e) => return Err(e.into()),
     };
-    let stream = Async::new_nonblocking(StdUnixStream::from(socket))?;
+    let stream = Async::new_nonblocking(UnixStream::from(socket))?;
     if pending {
         stream.writable().await?;
         if let Some(e) = stream.get_ref().take_error()? {
             return Err(e);
         }
     }
-    let stream = UnixStream::from(stream);
-    Ok((stream.clone(), stream))
+    let socket = Arc::new(stream);
+    let reader = Reader {
+        socket: socket.clone(),
+        readiness: ReadReadiness::default(),
+    };
+    Ok((reader, Writer { socket }))
+}
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let socket = &this.socket;
+        this.readiness.poll_read(
+            cx,
+            buf,
+            |buf| socket.get_ref().read(buf),
+            |cx| socket.poll_readable(cx),
+        )
+    }
+}
+
+impl AsyncWrite for Writer {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self.socket).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Socket writes are not buffered.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.socket.get_ref().shutdown(Shutdown::Write))
+    }
 }

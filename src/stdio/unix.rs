@@ -34,14 +34,20 @@ use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 use smol::Unblock;
 
-use crate::relay::BUFFER_SIZE;
+use crate::relay::{ReadReadiness, BUFFER_SIZE};
 
 pub(super) type Input = Stdio;
 pub(super) type Output = Stdio;
 
 /// One standard stream, driven in the best way its file type allows.
 #[derive(Debug)]
-pub(super) enum Stdio {
+pub(super) struct Stdio {
+    kind: Kind,
+    readiness: ReadReadiness,
+}
+
+#[derive(Debug)]
+enum Kind {
     /// A socket used with per-call `MSG_DONTWAIT`, its flags left alone.
     Socket(Async<OwnedFd>),
     Pipe(Async<File>),
@@ -86,23 +92,30 @@ pub(super) fn stdout() -> io::Result<Stdio> {
 }
 
 fn open(fd: BorrowedFd<'_>, write: bool) -> io::Result<Stdio> {
+    open_kind(fd, write).map(|kind| Stdio {
+        kind,
+        readiness: ReadReadiness::default(),
+    })
+}
+
+fn open_kind(fd: BorrowedFd<'_>, write: bool) -> io::Result<Kind> {
     let file_type = FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode);
     // Registration fails for descriptors epoll cannot watch; the thread
     // fallback below still works for those.
     if file_type == FileType::Socket {
         if let Ok(socket) = Async::new_nonblocking(fd.try_clone_to_owned()?) {
-            return Ok(Stdio::Socket(socket));
+            return Ok(Kind::Socket(socket));
         }
     }
     if file_type == FileType::Fifo {
         if let Some(pipe) = reopen_private(fd, write) {
             if let Ok(pipe) = Async::new(pipe) {
-                return Ok(Stdio::Pipe(pipe));
+                return Ok(Kind::Pipe(pipe));
             }
         }
     }
     let file = File::from(fd.try_clone_to_owned()?);
-    Ok(Stdio::Thread(Unblock::with_capacity(BUFFER_SIZE, file)))
+    Ok(Kind::Thread(Unblock::with_capacity(BUFFER_SIZE, file)))
 }
 
 /// A new, non-blocking open file description of the same pipe.
@@ -129,14 +142,25 @@ impl AsyncRead for Stdio {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stdio::Socket(s) => poll_socket(
+        let this = self.get_mut();
+        match &mut this.kind {
+            Kind::Socket(s) => this.readiness.poll_read(
                 cx,
-                || rustix::net::recv(s.get_ref(), &mut *buf, RecvFlags::DONTWAIT).map(|(n, _)| n),
+                buf,
+                |buf| {
+                    rustix::net::recv(s.get_ref(), buf, RecvFlags::DONTWAIT)
+                        .map(|(n, _)| n)
+                        .map_err(io::Error::from)
+                },
                 |cx| s.poll_readable(cx),
             ),
-            Stdio::Pipe(p) => Pin::new(p).poll_read(cx, buf),
-            Stdio::Thread(t) => Pin::new(t).poll_read(cx, buf),
+            Kind::Pipe(p) => this.readiness.poll_read(
+                cx,
+                buf,
+                |buf| io::Read::read(&mut p.get_ref(), buf),
+                |cx| p.poll_readable(cx),
+            ),
+            Kind::Thread(t) => Pin::new(t).poll_read(cx, buf),
         }
     }
 }
@@ -147,30 +171,30 @@ impl AsyncWrite for Stdio {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stdio::Socket(s) => poll_socket(
+        match &mut self.get_mut().kind {
+            Kind::Socket(s) => poll_socket(
                 cx,
                 || rustix::net::send(s.get_ref(), buf, send_flags()),
                 |cx| s.poll_writable(cx),
             ),
-            Stdio::Pipe(p) => Pin::new(p).poll_write(cx, buf),
-            Stdio::Thread(t) => Pin::new(t).poll_write(cx, buf),
+            Kind::Pipe(p) => Pin::new(p).poll_write(cx, buf),
+            Kind::Thread(t) => Pin::new(t).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stdio::Socket(_) => Poll::Ready(Ok(())),
-            Stdio::Pipe(p) => Pin::new(p).poll_flush(cx),
-            Stdio::Thread(t) => Pin::new(t).poll_flush(cx),
+        match &mut self.get_mut().kind {
+            Kind::Socket(_) => Poll::Ready(Ok(())),
+            Kind::Pipe(p) => Pin::new(p).poll_flush(cx),
+            Kind::Thread(t) => Pin::new(t).poll_flush(cx),
         }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stdio::Socket(_) => Poll::Ready(Ok(())),
-            Stdio::Pipe(p) => Pin::new(p).poll_close(cx),
-            Stdio::Thread(t) => Pin::new(t).poll_close(cx),
+        match &mut self.get_mut().kind {
+            Kind::Socket(_) => Poll::Ready(Ok(())),
+            Kind::Pipe(p) => Pin::new(p).poll_close(cx),
+            Kind::Thread(t) => Pin::new(t).poll_close(cx),
         }
     }
 }
