@@ -57,9 +57,9 @@ fn io_fail(what: &str) -> impl Fn(io::Error) -> DemoError + '_ {
 
 /// Runs the demo, writing the transcript to `out`.
 pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
-    let dir = TempDir::new().map_err(io_fail("cannot create a temporary directory"))?;
-    let socket = dir.path().join("app.sock");
-    smol::block_on(session(out, &socket))
+    let endpoint =
+        PrivateEndpoint::new().map_err(io_fail("cannot create a temporary directory"))?;
+    smol::block_on(session(out, endpoint.path()))
 }
 
 /// The MCP messages the demo "CLI" sends, in order.
@@ -88,7 +88,7 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     say(
         out,
         format!(
-            "mcp-bridge demo: a throw-away MCP host listens on {} (owner-only socket; other users' peers are refused)",
+            "mcp-bridge demo: a throw-away MCP host listens on {} (owner-only; other users are kept out)",
             socket.display()
         ),
     );
@@ -312,20 +312,56 @@ fn answer(line: &str) -> Option<Value> {
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// A private directory for the demo's socket, removed on drop.
+/// Where the demo host listens, used by this run alone: a socket in a
+/// fresh private directory (removed on drop), or on Windows a pipe name
+/// nobody else uses (a pipe vanishes with its last handle, so nothing is
+/// left to remove).
+struct PrivateEndpoint {
+    path: PathBuf,
+    #[cfg(unix)]
+    _dir: TempDir,
+}
+
+impl PrivateEndpoint {
+    #[cfg(unix)]
+    fn new() -> io::Result<PrivateEndpoint> {
+        let dir = TempDir::new()?;
+        Ok(PrivateEndpoint {
+            path: dir.path().join("app.sock"),
+            _dir: dir,
+        })
+    }
+
+    #[cfg(windows)]
+    fn new() -> io::Result<PrivateEndpoint> {
+        Ok(PrivateEndpoint {
+            path: PathBuf::from(format!(r"\\.\pipe\{}", unique_name())),
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// `mcp-bridge-demo-<pid>-<nanoseconds>`: distinct for concurrent runs.
+fn unique_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("mcp-bridge-demo-{}-{}", std::process::id(), nanos)
+}
+
+/// A private (0700) directory for the demo's socket, removed on drop.
+#[cfg(unix)]
 struct TempDir(PathBuf);
 
+#[cfg(unix)]
 impl TempDir {
     fn new() -> io::Result<TempDir> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("mcp-bridge-demo-{}-{}", std::process::id(), nanos));
-        #[cfg_attr(not(unix), allow(unused_mut))]
+        let path = std::env::temp_dir().join(unique_name());
         let mut builder = std::fs::DirBuilder::new();
-        #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         builder.create(&path)?;
         Ok(TempDir(path))
@@ -336,6 +372,7 @@ impl TempDir {
     }
 }
 
+#[cfg(unix)]
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);

@@ -1,15 +1,20 @@
 //! The `mcp-bridge` binary on Windows, spawned as an MCP CLI would spawn it,
 //! against a named-pipe host in this process (the library's
-//! [`PipeListener`]). CI runs these under Wine, which matches Windows on
-//! pipe errors and end-of-stream but does not serialize I/O on synchronous
-//! handles the way Windows does; see `src/endpoint/windows.rs` for why the
-//! duplex design is right on Windows regardless.
+//! [`PipeListener`], and `host::Listener` built on it), plus `demo` and
+//! `serve`. CI runs these under Wine, which matches Windows on pipe errors
+//! and end-of-stream but does not serialize I/O on synchronous handles the
+//! way Windows does; see `src/endpoint/windows.rs` for why the duplex design
+//! is right on Windows regardless. Wine has one user, so that other users
+//! are refused by the pipe's DACL cannot be shown here (the unit tests read
+//! the DACL back instead).
 #![cfg(windows)]
 
 use std::future::Future;
+use std::io;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
@@ -18,6 +23,7 @@ use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use futures_lite::StreamExt;
 use mcp_bridge::endpoint::{self, PipeListener, Reader};
 use mcp_bridge::handshake::Handshake;
+use mcp_bridge::host::{Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::Unblock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
@@ -449,4 +455,254 @@ fn dropping_a_connection_ends_the_peers_stream() {
             assert_eq!(rest, b"last words");
         }
     });
+}
+
+/// `host::Listener` on a pipe, with the real bridge: the parsed handshake
+/// comes out of accept, and the stream relays both ways.
+#[test]
+fn host_listener_accepts_the_bridge() {
+    let pipe = unique_pipe("host");
+    let listener = Listener::bind(&pipe).unwrap();
+    assert_eq!(listener.endpoint(), Path::new(&pipe));
+    let mut bridge = Bridge::spawn(&pipe, &["--project", "proj-h", "--requester", "agent-h"]);
+    run(async {
+        let connection = listener.accept().await.unwrap();
+        assert_eq!(connection.handshake, Handshake::new("proj-h", "agent-h"));
+        let mut requests = BufReader::new(connection.reader).lines();
+        let mut replies = connection.writer;
+
+        let mut out = bridge.stdout_lines();
+        for id in 1..=3 {
+            let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, id);
+            bridge.send(&request).await;
+            assert_eq!(requests.next().await.unwrap().unwrap(), request);
+            let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, id);
+            replies.write_all(reply.as_bytes()).await.unwrap();
+            replies.write_all(b"\n").await.unwrap();
+            replies.flush().await.unwrap();
+            assert_eq!(out.next().await.unwrap().unwrap(), reply);
+        }
+        bridge.close_stdin().await;
+        drop((requests, replies));
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+}
+
+/// A live pipe is never joined; once its listener is gone, the name is
+/// free again (a pipe leaves nothing stale behind).
+#[test]
+fn host_listener_does_not_join_a_live_pipe() {
+    let pipe = unique_pipe("host-live");
+    let first = Listener::bind(&pipe).unwrap();
+    let e = Listener::bind(&pipe).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::AddrInUse, "{}", e);
+    assert!(e.to_string().contains(&pipe), "{}", e);
+    assert!(
+        e.to_string().contains("another process is listening"),
+        "{}",
+        e
+    );
+    drop(first);
+    let again = Listener::bind(&pipe).unwrap();
+    drop(again);
+}
+
+/// A raw client that sends `bytes` (errors ignored: the host may hang up
+/// mid-way) and then waits, returning when it reads the end of the stream.
+async fn bad_client(pipe: &str, bytes: Vec<u8>) -> smol::Task<()> {
+    let (mut reader, mut writer) = endpoint::connect(Path::new(pipe), GENEROUS)
+        .await
+        .expect("connect");
+    smol::spawn(async move {
+        let sending = smol::spawn(async move {
+            let _ = writer.write_all(&bytes).await;
+            let _ = writer.flush().await;
+            // Keep the writing half open until the host gives up on us.
+            future::pending::<()>().await;
+        });
+        let mut rest = Vec::new();
+        let _ = reader.read_to_end(&mut rest).await;
+        assert!(rest.is_empty(), "the host said something to a bad peer");
+        drop(sending);
+    })
+}
+
+/// Invalid, oversized and unfinished handshakes are each dropped (the peer
+/// reads the end of the stream), and none of them holds up a good bridge.
+#[test]
+fn host_listener_drops_bad_handshakes_only() {
+    let pipe = unique_pipe("host-bad");
+    let listener = Listener::bind(&pipe).unwrap();
+    run(async {
+        let started = Instant::now();
+        let silent = bad_client(&pipe, b"{\"project\":\"p\",".to_vec()).await;
+        let invalid = bad_client(&pipe, b"not json\n".to_vec()).await;
+        let oversized = bad_client(&pipe, vec![b'x'; HANDSHAKE_LIMIT + 1]).await;
+        invalid.await;
+        oversized.await;
+
+        let mut bridge = Bridge::spawn(&pipe, &["--project", "good", "--requester", "r"]);
+        let connection = listener.accept().await.unwrap();
+        assert_eq!(connection.handshake, Handshake::new("good", "r"));
+        assert!(
+            started.elapsed() < HANDSHAKE_TIMEOUT,
+            "the good bridge waited behind the silent one: {:?}",
+            started.elapsed()
+        );
+        // The silent peer is dropped once its time is up.
+        silent.await;
+        assert!(started.elapsed() >= HANDSHAKE_TIMEOUT);
+        drop(connection);
+        bridge.close_stdin().await;
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+}
+
+#[test]
+fn demo_succeeds() {
+    let out = Command::new(BIN)
+        .arg("demo")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{}", stdout, stderr);
+    assert!(stdout.contains(r"\\.\pipe\mcp-bridge-demo-"), "{}", stdout);
+    assert!(stdout.contains("demo OK"), "{}", stdout);
+}
+
+/// `mcp-bridge serve` as a child process, its stderr collected line by
+/// line; killed if a test fails before it is done.
+struct Serve {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Serve {
+    /// Starts `serve` on `pipe` with `command`, and returns once it listens.
+    fn start(pipe: &str, command: &[&str]) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--endpoint", pipe, "--"])
+            .args(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn serve");
+        let stderr = child.stderr.take().unwrap();
+        let (lines, stderr_lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let sent = line.map(|line| lines.send(line));
+                if !matches!(sent, Ok(Ok(()))) {
+                    return;
+                }
+            }
+        });
+        let mut serve = Serve {
+            child,
+            stderr: stderr_lines,
+        };
+        serve.wait_for_line("serving");
+        serve
+    }
+
+    /// Waits for a stderr line containing `needle`, and returns it.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + GENEROUS;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!("serve never said {:?}; it said {:#?}", needle, seen)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// serve's child gets the handshake in its environment, and its stdout
+/// reaches the bridge; when the child exits, the connection closes and the
+/// bridge exits 0. The child is Windows' own `cmd`.
+#[test]
+fn serve_passes_the_handshake_to_the_child() {
+    let pipe = unique_pipe("serve-env");
+    let mut serve = Serve::start(
+        &pipe,
+        &[
+            "cmd",
+            "/c",
+            "echo",
+            "project=%MCP_BRIDGE_PROJECT%;requester=%MCP_BRIDGE_REQUESTER%",
+        ],
+    );
+    let mut bridge = Bridge::spawn(&pipe, &["--project", "proj-s", "--requester", "agent-s"]);
+    run(async {
+        let mut out = bridge.stdout_lines();
+        let line = out.next().await.expect("a line").unwrap();
+        assert_eq!(line.trim_end(), "project=proj-s;requester=agent-s");
+        assert!(out.next().await.is_none(), "the connection closes");
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+    serve.wait_for_line("ended");
+}
+
+/// Bridge -> serve -> a child -> an app, both ways: the child is a second
+/// bridge (the one program sure to be there), connected to a host in this
+/// test. Then the app hangs up: the child exits, serve closes the
+/// connection, and the first bridge exits 0.
+#[test]
+fn serve_relays_through_a_child_both_ways() {
+    let outer = unique_pipe("serve-outer");
+    let inner = unique_pipe("serve-inner");
+    let app = PipeListener::bind(&inner).unwrap();
+    let mut serve = Serve::start(
+        &outer,
+        &[
+            BIN,
+            "mcp-server",
+            "--endpoint",
+            &inner,
+            "--project",
+            "inner-proj",
+            "--requester",
+            "inner-agent",
+        ],
+    );
+    let mut bridge = Bridge::spawn(&outer, &["--project", "outer", "--requester", "agent-o"]);
+    run(async {
+        let (handshake, mut requests, mut replies) = accept_bridge(&app).await;
+        assert_eq!(handshake, Handshake::new("inner-proj", "inner-agent"));
+        let mut out = bridge.stdout_lines();
+        for id in 1..=20 {
+            let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"m"}}"#, id);
+            bridge.send(&request).await;
+            assert_eq!(requests.next().await.unwrap().unwrap(), request);
+            let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#, id, id);
+            replies.write_all(reply.as_bytes()).await.unwrap();
+            replies.write_all(b"\n").await.unwrap();
+            replies.flush().await.unwrap();
+            assert_eq!(out.next().await.unwrap().unwrap(), reply);
+        }
+        drop((requests, replies));
+        assert!(out.next().await.is_none(), "the connection closes");
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+    let started = serve.wait_for_line("started pid");
+    assert!(started.contains("agent-o"), "{}", started);
+    serve.wait_for_line("ended");
 }

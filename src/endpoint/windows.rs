@@ -70,11 +70,12 @@ use std::time::Duration;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use smol::Unblock;
 use windows_sys::Win32::Foundation::{
-    ERROR_BROKEN_PIPE, ERROR_NO_DATA, ERROR_PIPE_BUSY, ERROR_PIPE_NOT_CONNECTED, ERROR_SEM_TIMEOUT,
+    ERROR_ACCESS_DENIED, ERROR_BROKEN_PIPE, ERROR_NO_DATA, ERROR_PIPE_BUSY,
+    ERROR_PIPE_NOT_CONNECTED, ERROR_SEM_TIMEOUT,
 };
 
 use crate::relay::BUFFER_SIZE;
-use crate::sys::windows::{self as win, Event, Overlapped, Pipe};
+use crate::sys::windows::{self as win, Event, Overlapped, Pipe, SecurityDescriptor};
 
 pub(super) type Reader = PipeReader;
 pub(super) type Writer = PipeWriter;
@@ -114,13 +115,25 @@ pub(super) async fn connect(path: &Path, timeout: Duration) -> io::Result<(Reade
 ///
 /// Every instance is created for overlapped, full-duplex, byte-mode I/O, and
 /// with `PIPE_REJECT_REMOTE_CLIENTS`, so only processes on this machine can
-/// connect. [`bind`](PipeListener::bind) creates the first instance with
-/// `FILE_FLAG_FIRST_PIPE_INSTANCE`, so on Windows it fails instead of
-/// joining a pipe that another process already serves (Wine 8 ignores that
-/// flag). The instances get the default security descriptor, which grants
-/// full control to the creator, LocalSystem and administrators, and *read*
-/// access to Everyone: a host that must admit only its own user needs a
-/// further check.
+/// connect.
+///
+/// **Only our own user can open it.** Every instance is created with a
+/// security descriptor whose DACL holds a single entry: full access for the
+/// user this process runs as (the SID of the process token's user, not the
+/// `OWNER RIGHTS` SID, which would follow the object's *owner*: for an
+/// elevated process that is the Administrators group). The default
+/// descriptor would instead grant *read* access to Everyone. Nobody else,
+/// LocalSystem and administrators included, is granted anything, so the
+/// system refuses their `CreateFileW` with `ERROR_ACCESS_DENIED` before we
+/// ever see them. The DACL is protected: nothing inheritable is merged in.
+///
+/// **A live pipe is never joined.** [`bind`](PipeListener::bind) first asks
+/// whether a pipe of that name exists (`WaitNamedPipeW`, which does not
+/// connect), then creates the first instance with
+/// `FILE_FLAG_FIRST_PIPE_INSTANCE`, which on Windows closes the race between
+/// the two; either way it fails with `AddrInUse`. (Wine 8 ignores the flag,
+/// so under Wine only the first check holds.) There is nothing stale to
+/// clean up: a pipe disappears with its last handle.
 ///
 /// One instance always waits for the next client: a client that arrives
 /// while the app is between two [`accept`](PipeListener::accept)s is
@@ -147,21 +160,38 @@ pub struct PipeListener {
     path: PathBuf,
     /// `path` as NUL-terminated UTF-16.
     name: Vec<u16>,
+    /// What every instance is created with: access for our user only.
+    security: SecurityDescriptor,
     /// The instance the next client connects to.
     next: Mutex<Option<Pipe>>,
 }
 
 impl PipeListener {
-    /// Creates the pipe `path`, which must look like `\\.\pipe\NAME`.
-    /// On Windows, fails with `PermissionDenied` if a pipe of that name
-    /// already exists.
+    /// Creates the pipe `path`, which must look like `\\.\pipe\NAME`,
+    /// reachable by this process's user only.
+    ///
+    /// # Errors
+    ///
+    /// `AddrInUse` if a pipe of that name already exists (another process,
+    /// or another listener of ours, serves it); `InvalidInput` for a name
+    /// that is not a pipe name; otherwise the OS error.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<PipeListener> {
         let path = path.as_ref().to_path_buf();
         let name = pipe_name(&path)?;
-        let first = Pipe::create(&name, true, BUFFER_SIZE as u32)?;
+        if pipe_exists(&name)? {
+            return Err(pipe_in_use());
+        }
+        let security = SecurityDescriptor::owner_only()?;
+        let first = match Pipe::create(&name, true, BUFFER_SIZE as u32, &security) {
+            // What FILE_FLAG_FIRST_PIPE_INSTANCE says when the pipe exists:
+            // someone created it since we looked.
+            Err(e) if has_code(&e, ERROR_ACCESS_DENIED) => return Err(pipe_in_use()),
+            other => other?,
+        };
         Ok(PipeListener {
             path,
             name,
+            security,
             next: Mutex::new(Some(first)),
         })
     }
@@ -179,7 +209,7 @@ impl PipeListener {
         let waiting = self.take_next();
         let pipe = match waiting {
             Some(pipe) => pipe,
-            None => Pipe::create(&self.name, false, BUFFER_SIZE as u32)?,
+            None => self.create_instance()?,
         };
         let stop = Arc::new(Event::new()?);
         let _cancel_on_drop = StopOnDrop(stop.clone());
@@ -188,10 +218,14 @@ impl PipeListener {
         // Have the next instance ready before handing this one out. If that
         // fails (out of handles, say), the next accept tries again and
         // reports the error.
-        let next = Pipe::create(&self.name, false, BUFFER_SIZE as u32).ok();
+        let next = self.create_instance().ok();
         *self.next.lock().unwrap_or_else(PoisonError::into_inner) = next;
         let (reader, writer) = split(pipe)?;
         Ok((super::Reader(reader), super::Writer(writer)))
+    }
+
+    fn create_instance(&self) -> io::Result<Pipe> {
+        Pipe::create(&self.name, false, BUFFER_SIZE as u32, &self.security)
     }
 
     fn take_next(&self) -> Option<Pipe> {
@@ -334,6 +368,27 @@ impl AsyncWrite for PipeWriter {
     }
 }
 
+/// Whether a pipe called `name` (NUL-terminated UTF-16) exists, with an
+/// instance free or not. Asks without connecting, so a live server sees
+/// nothing.
+fn pipe_exists(name: &[u16]) -> io::Result<bool> {
+    // The shortest wait there is: we only want the answer.
+    match win::wait_named_pipe(name, Duration::from_millis(1)) {
+        Ok(()) => Ok(true),
+        // Every instance busy: it exists.
+        Err(e) if has_code(&e, ERROR_SEM_TIMEOUT) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn pipe_in_use() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "a pipe of this name already exists",
+    )
+}
+
 /// Checks that `path` names a pipe and returns it as NUL-terminated UTF-16.
 fn pipe_name(path: &Path) -> io::Result<Vec<u16>> {
     let name = win::wide(path.as_os_str())?;
@@ -425,7 +480,8 @@ mod tests {
     fn both_ends_of_a_connection_are_overlapped() {
         let path = unique_pipe("overlapped");
         let name = pipe_name(&path).unwrap();
-        let server = Pipe::create(&name, true, BUFFER_SIZE as u32).unwrap();
+        let security = SecurityDescriptor::owner_only().unwrap();
+        let server = Pipe::create(&name, true, BUFFER_SIZE as u32, &security).unwrap();
         let client = Pipe::open(&path).unwrap();
         let server = within_seconds(move || {
             let stop = Event::new().unwrap();
@@ -439,6 +495,38 @@ mod tests {
         assert_overlapped(client.clone());
         assert_overlapped(server.clone());
         drop((client, server));
+    }
+
+    /// The DACL a peer meets: one entry, full access for our own user.
+    /// (Whether the system then refuses other users is up to Windows; Wine
+    /// keeps the descriptor but has a single user to test with.)
+    #[test]
+    fn pipes_admit_only_our_user() {
+        let sid = win::current_user_sid().unwrap();
+        assert!(sid.starts_with("S-1-"), "{}", sid);
+        let path = unique_pipe("dacl");
+        let _listener = PipeListener::bind(&path).unwrap();
+        let client = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let dacl = win::dacl_sddl(std::os::windows::io::AsHandle::as_handle(&client)).unwrap();
+        // GA as created; FA if the system mapped the generic right to the
+        // pipe's specific rights.
+        let expected = [
+            format!("D:P(A;;GA;;;{})", sid),
+            format!("D:P(A;;FA;;;{})", sid),
+        ];
+        assert!(expected.contains(&dacl), "{} (our SID {})", dacl, sid);
+    }
+
+    #[test]
+    fn a_live_pipe_is_not_joined() {
+        let path = unique_pipe("live");
+        let _listener = PipeListener::bind(&path).unwrap();
+        let e = PipeListener::bind(&path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{}", e);
     }
 
     #[test]

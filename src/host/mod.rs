@@ -34,10 +34,18 @@
 //!   mode 0600 with no moment in which it is wider (see `unix.rs` for how),
 //!   and every peer's uid is checked against ours with the kernel's peer
 //!   credentials; a foreign peer is dropped and logged, never handed out.
+//!   On Windows the endpoint is a named pipe (`\\.\pipe\NAME`) whose
+//!   DACL has one entry, full access for the user this process runs as
+//!   (the process token's user SID), so the system refuses every other
+//!   user, LocalSystem and administrators included, when they open it;
+//!   `PIPE_REJECT_REMOTE_CLIENTS` refuses other machines (see
+//!   `endpoint::PipeListener`, on which the Windows side is built).
 //! - **Restarts just work, and never steal.** A stale socket file left by a
 //!   crashed app (nothing listening) is replaced; a live one is never
 //!   replaced: [`Listener::bind`] fails with [`BindError`] instead. The file
-//!   is removed when the listener is dropped.
+//!   is removed when the listener is dropped. On Windows there is no file:
+//!   a pipe vanishes with its last handle, and binding the name of a live
+//!   pipe fails with `AddrInUse`.
 //! - **One bad peer cannot hurt the others.** Handshakes are read
 //!   concurrently, each capped at [`HANDSHAKE_LIMIT`] bytes and
 //!   [`HANDSHAKE_TIMEOUT`]. A peer that sends an oversized, invalid, or
@@ -143,13 +151,13 @@ pub struct BindError {
 }
 
 /// What the platform's accept produced.
-// The Windows stub constructs none of these until named pipes land there.
-#[cfg_attr(windows, allow(dead_code))]
 enum Incoming {
     /// A peer that passed the platform's checks (same user). Boxed: the
     /// streams are large, and the other variants are common under attack.
     Peer(Box<(sys::Reader, sys::Writer)>),
     /// A peer that was refused and already dropped; the text says why.
+    // Not on Windows: the pipe's DACL refuses other users before accept.
+    #[cfg_attr(windows, allow(dead_code))]
     Refused(String),
     /// A failure that may heal (out of file descriptors, an aborted
     /// connection); the loop logs it, pauses and carries on.

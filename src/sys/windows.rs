@@ -1,6 +1,8 @@
 //! Win32 calls that std does not wrap: named pipes opened for overlapped
 //! I/O, the overlapped reads, writes and connects on them, and the events
-//! that signal their completion or ask for their cancellation.
+//! that signal their completion or ask for their cancellation; the
+//! owner-only security descriptor pipes are created with; and the console
+//! control handler that turns Ctrl+C into a stop request.
 //!
 //! The one invariant that makes overlapped I/O sound is that the `OVERLAPPED`
 //! structure and the data buffer outlive the operation, which the kernel may
@@ -17,24 +19,36 @@ use std::fs::OpenOptions;
 use std::io;
 use std::os::windows::ffi::OsStrExt;
 use std::os::windows::fs::OpenOptionsExt;
-use std::os::windows::io::{AsRawHandle, HandleOrInvalid, HandleOrNull, OwnedHandle};
+use std::os::windows::io::{
+    AsRawHandle, FromRawHandle, HandleOrInvalid, HandleOrNull, OwnedHandle,
+};
 use std::path::Path;
 use std::ptr;
 use std::time::Duration;
 
 use windows_sys::Win32::Foundation::{
-    ERROR_IO_PENDING, ERROR_MORE_DATA, ERROR_NO_DATA, ERROR_PIPE_CONNECTED, HANDLE, WAIT_OBJECT_0,
+    LocalFree, ERROR_INSUFFICIENT_BUFFER, ERROR_IO_PENDING, ERROR_MORE_DATA, ERROR_NO_DATA,
+    ERROR_PIPE_CONNECTED, HANDLE, WAIT_OBJECT_0,
+};
+use windows_sys::Win32::Security::Authorization::{
+    ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
+};
+use windows_sys::Win32::Security::{
+    GetTokenInformation, TokenUser, PSECURITY_DESCRIPTOR, SECURITY_ATTRIBUTES, TOKEN_QUERY,
+    TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, PIPE_ACCESS_DUPLEX,
     SECURITY_IDENTIFICATION, SECURITY_SQOS_PRESENT,
 };
+use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
 use windows_sys::Win32::System::Pipes::{
     ConnectNamedPipe, CreateNamedPipeW, WaitNamedPipeW, PIPE_READMODE_BYTE,
     PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES, PIPE_WAIT,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, ResetEvent, SetEvent, WaitForMultipleObjects, INFINITE,
+    CreateEventW, GetCurrentProcess, OpenProcessToken, ResetEvent, SetEvent,
+    WaitForMultipleObjects, INFINITE,
 };
 use windows_sys::Win32::System::IO::{CancelIoEx, GetOverlappedResult, OVERLAPPED};
 
@@ -154,9 +168,15 @@ impl Pipe {
     }
 
     /// Creates one server instance of the pipe `name` (NUL-terminated UTF-16),
-    /// duplex, byte mode, local clients only. `first` makes creation fail if
-    /// the pipe already exists, so nobody else's pipe is joined by accident.
-    pub(crate) fn create(name: &[u16], first: bool, buffer_size: u32) -> io::Result<Pipe> {
+    /// duplex, byte mode, local clients only, protected by `security`.
+    /// `first` makes creation fail if the pipe already exists, so nobody
+    /// else's pipe is joined by accident.
+    pub(crate) fn create(
+        name: &[u16],
+        first: bool,
+        buffer_size: u32,
+        security: &SecurityDescriptor,
+    ) -> io::Result<Pipe> {
         assert_eq!(name.last(), Some(&0), "the name must be NUL-terminated");
         let mut open_mode = PIPE_ACCESS_DUPLEX | FILE_FLAG_OVERLAPPED;
         if first {
@@ -164,10 +184,16 @@ impl Pipe {
         }
         let pipe_mode =
             PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS;
+        let attributes = SECURITY_ATTRIBUTES {
+            nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+            lpSecurityDescriptor: security.0,
+            bInheritHandle: 0,
+        };
         // SAFETY: `name` is a NUL-terminated UTF-16 string (asserted above)
-        // that outlives the call; NULL security attributes mean the default
-        // security descriptor. The returned handle, unless
-        // INVALID_HANDLE_VALUE, is ours to own and close.
+        // and `attributes` points at a valid security descriptor owned by
+        // `security`; both outlive the call, which only reads them (the
+        // kernel copies the descriptor into the pipe). The returned handle,
+        // unless INVALID_HANDLE_VALUE, is ours to own and close.
         let handle = unsafe {
             HandleOrInvalid::from_raw_handle(CreateNamedPipeW(
                 name.as_ptr(),
@@ -177,7 +203,7 @@ impl Pipe {
                 buffer_size,
                 buffer_size,
                 0,
-                ptr::null(),
+                &attributes,
             ))
         };
         OwnedHandle::try_from(handle)
@@ -307,4 +333,199 @@ pub(crate) fn wait_named_pipe(name: &[u16], timeout: Duration) -> io::Result<()>
 /// Win32 transfer lengths are `u32`; a longer buffer is used in part.
 fn clamp_len(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// A security descriptor in memory from `LocalAlloc`, freed on drop.
+#[derive(Debug)]
+pub(crate) struct SecurityDescriptor(PSECURITY_DESCRIPTOR);
+
+// SAFETY: the descriptor is a self-contained block of memory that we own
+// alone and never change after creating it; Win32 only reads it. Reading
+// it from several threads at once, or freeing it from another thread, is
+// sound.
+unsafe impl Send for SecurityDescriptor {}
+// SAFETY: as above: shared access only ever reads.
+unsafe impl Sync for SecurityDescriptor {}
+
+impl SecurityDescriptor {
+    /// A descriptor whose DACL has one entry: full access for the user
+    /// this process runs as (the process token's user SID). Protected, so
+    /// no inheritable entry can be added to it, and granting nothing to
+    /// anyone else, LocalSystem and administrators included.
+    pub(crate) fn owner_only() -> io::Result<SecurityDescriptor> {
+        SecurityDescriptor::from_sddl(&format!("D:P(A;;GA;;;{})", current_user_sid()?))
+    }
+
+    fn from_sddl(sddl: &str) -> io::Result<SecurityDescriptor> {
+        let sddl = wide(OsStr::new(sddl))?;
+        let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+        // SAFETY: `sddl` is a NUL-terminated UTF-16 string that outlives the
+        // call; `descriptor` is a valid place for the result, which on
+        // success is a LocalAlloc'd block that we own and free on drop.
+        let ok = unsafe {
+            ConvertStringSecurityDescriptorToSecurityDescriptorW(
+                sddl.as_ptr(),
+                SDDL_REVISION_1,
+                &mut descriptor,
+                ptr::null_mut(),
+            )
+        };
+        if ok == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SecurityDescriptor(descriptor))
+    }
+}
+
+impl Drop for SecurityDescriptor {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from LocalAlloc (through the conversion
+        // above) and is freed only here, once.
+        unsafe {
+            LocalFree(self.0);
+        }
+    }
+}
+
+/// The SID of the user this process runs as, in string form
+/// (`S-1-5-21-...`), from the process token.
+pub(crate) fn current_user_sid() -> io::Result<String> {
+    let mut raw: HANDLE = ptr::null_mut();
+    // SAFETY: GetCurrentProcess returns a pseudo-handle that needs no
+    // closing; `raw` is a valid place for the token handle.
+    if unsafe { OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &mut raw) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success `raw` is a token handle that we own; OwnedHandle
+    // closes it.
+    let token = unsafe { OwnedHandle::from_raw_handle(raw) };
+    let mut needed = 0u32;
+    // SAFETY: asking for the size only: a NULL buffer of length 0, and
+    // `needed` is a valid place for the answer.
+    unsafe {
+        GetTokenInformation(
+            token.as_raw_handle(),
+            TokenUser,
+            ptr::null_mut(),
+            0,
+            &mut needed,
+        );
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(ERROR_INSUFFICIENT_BUFFER as i32) {
+        return Err(e);
+    }
+    // u64s, so the TOKEN_USER at its start (which holds a pointer) is
+    // suitably aligned.
+    let mut buffer = vec![0u64; (needed as usize + 7) / 8];
+    // SAFETY: `buffer` is valid for `needed` writable bytes (rounded up) and
+    // aligned for TOKEN_USER; `needed` is a valid place for the length.
+    let ok = unsafe {
+        GetTokenInformation(
+            token.as_raw_handle(),
+            TokenUser,
+            buffer.as_mut_ptr().cast(),
+            needed,
+            &mut needed,
+        )
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: GetTokenInformation filled the buffer with a TOKEN_USER
+    // (whose SID pointer points further into `buffer`, still alive).
+    let sid = unsafe { (*buffer.as_ptr().cast::<TOKEN_USER>()).User.Sid };
+    let mut text: *mut u16 = ptr::null_mut();
+    // SAFETY: `sid` is a valid SID inside `buffer`; `text` is a valid place
+    // for the result, a LocalAlloc'd NUL-terminated string we free below.
+    if unsafe { ConvertSidToStringSidW(sid, &mut text) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `text` is the NUL-terminated string just returned, freed once.
+    Ok(unsafe { take_local_wide_string(text) })
+}
+
+/// Copies the NUL-terminated UTF-16 string at `text` into a `String`
+/// (replacing invalid UTF-16) and frees it with `LocalFree`.
+///
+/// # Safety
+///
+/// `text` must be a NUL-terminated UTF-16 string allocated with
+/// `LocalAlloc`, not used again afterwards.
+unsafe fn take_local_wide_string(text: *mut u16) -> String {
+    // Sound by the contract above: every u16 up to the NUL is readable, and
+    // the block is ours to free.
+    let mut len = 0;
+    while *text.add(len) != 0 {
+        len += 1;
+    }
+    let string = String::from_utf16_lossy(std::slice::from_raw_parts(text, len));
+    LocalFree(text.cast());
+    string
+}
+
+/// The DACL of the kernel object behind `handle` (opened with READ_CONTROL),
+/// in SDDL, such as `D:P(A;;FA;;;S-1-5-21-...)`. For tests that check what
+/// a pipe was really created with.
+#[cfg(test)]
+pub(crate) fn dacl_sddl(handle: std::os::windows::io::BorrowedHandle<'_>) -> io::Result<String> {
+    use windows_sys::Win32::Security::Authorization::{
+        ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo, SE_KERNEL_OBJECT,
+    };
+    use windows_sys::Win32::Security::DACL_SECURITY_INFORMATION;
+
+    let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+    // SAFETY: `handle` is a valid handle for the duration of the call; the
+    // NULL out-pointers ask for nothing, and `descriptor` receives a
+    // LocalAlloc'd descriptor that `owned` frees.
+    let status = unsafe {
+        GetSecurityInfo(
+            handle.as_raw_handle(),
+            SE_KERNEL_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut descriptor,
+        )
+    };
+    if status != 0 {
+        return Err(io::Error::from_raw_os_error(status as i32));
+    }
+    let owned = SecurityDescriptor(descriptor);
+    let mut text: *mut u16 = ptr::null_mut();
+    // SAFETY: `owned.0` is a valid descriptor; `text` receives a LocalAlloc'd
+    // NUL-terminated string, freed below; the length is not asked for.
+    let ok = unsafe {
+        ConvertSecurityDescriptorToStringSecurityDescriptorW(
+            owned.0,
+            SDDL_REVISION_1,
+            DACL_SECURITY_INFORMATION,
+            &mut text,
+            ptr::null_mut(),
+        )
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `text` is the NUL-terminated string just returned, freed once.
+    Ok(unsafe { take_local_wide_string(text) })
+}
+
+/// Has `handler` called (on a thread the system creates) for each console
+/// control event: Ctrl+C, Ctrl+Break, the console closing, logoff,
+/// shutdown. It returns nonzero (TRUE) if it handled the event; otherwise
+/// the next handler runs, in the end the default one, which exits the
+/// process.
+pub(crate) fn add_console_ctrl_handler(handler: extern "system" fn(u32) -> i32) -> io::Result<()> {
+    // SAFETY: `handler` is a function with the signature Windows expects
+    // (`BOOL WINAPI HandlerRoutine(DWORD)`), and a function lives as long
+    // as the process, so it may be called at any later time. A safe `fn`
+    // pointer coerces to the `unsafe fn` pointer type the binding takes.
+    let ok = unsafe { SetConsoleCtrlHandler(Some(handler), 1) };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
