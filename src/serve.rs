@@ -11,6 +11,10 @@
 //! with [`app_server::shutdown_child`] (stdin closed, a grace, SIGTERM,
 //! SIGKILL, always reaped); when the child exits, the connection is closed.
 //! SIGINT or SIGTERM stop the whole server the same way, and exit cleanly.
+//! On Windows there is no SIGTERM step (a child still past the grace is
+//! terminated), and Ctrl+C or Ctrl+Break stop the server; ended any other
+//! way (its console closed, `TerminateProcess`), it cleans nothing up, but
+//! each child sees its stdin close, which is its cue to exit.
 //!
 //! [`host::Listener`]: crate::host::Listener
 //! [`app_server::shutdown_child`]: crate::app_server::shutdown_child
@@ -56,7 +60,7 @@ const STDERR_SETTLE: Duration = Duration::from_secs(1);
 /// Why `serve` stopped with a failure (exit code 1).
 #[derive(Debug)]
 pub enum ServeError {
-    /// SIGINT and SIGTERM could not be caught.
+    /// SIGINT and SIGTERM (Ctrl+C on Windows) could not be caught.
     Signals(io::Error),
     /// The endpoint could not be bound.
     Bind(BindError),
@@ -67,7 +71,11 @@ pub enum ServeError {
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServeError::Signals(e) => write!(f, "cannot catch SIGINT and SIGTERM: {}", e),
+            ServeError::Signals(e) => write!(
+                f,
+                "cannot catch the stop signals (SIGINT and SIGTERM; Ctrl+C on Windows): {}",
+                e
+            ),
             ServeError::Bind(e) => e.fmt(f),
             ServeError::Accept(e) => write!(f, "accepting connections failed: {}", e),
         }

@@ -31,7 +31,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::{Mutex, Once, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use smol::channel::{self, Receiver, Sender};
 use windows_sys::Win32::Foundation::{
@@ -91,26 +91,18 @@ fn is_transient(e: &io::Error) -> bool {
 /// Everyone waiting for Ctrl+C: one sender per live [`StopSignals`].
 static STOP_WAITERS: Mutex<Vec<Sender<&'static str>>> = Mutex::new(Vec::new());
 
-/// Registers [`console_ctrl`] once per process; the outcome is kept so
-/// that a failure is reported to every caller.
-static REGISTER: Once = Once::new();
-static REGISTERED: Mutex<Option<io::ErrorKind>> = Mutex::new(None);
+/// Whether [`console_ctrl`] is registered: once per process is enough.
+static REGISTERED: Mutex<bool> = Mutex::new(false);
 
 /// Ctrl+C and Ctrl+Break as stop requests.
 pub(super) struct StopSignals(Receiver<&'static str>);
 
 impl StopSignals {
     pub(super) fn new() -> io::Result<StopSignals> {
-        REGISTER.call_once(|| {
-            if let Err(e) = crate::sys::windows::add_console_ctrl_handler(console_ctrl) {
-                *lock(&REGISTERED) = Some(e.kind());
-            }
-        });
-        if let Some(kind) = *lock(&REGISTERED) {
-            return Err(io::Error::new(
-                kind,
-                "cannot register a console control handler for Ctrl+C",
-            ));
+        let mut registered = lock(&REGISTERED);
+        if !*registered {
+            crate::sys::windows::add_console_ctrl_handler(console_ctrl)?;
+            *registered = true;
         }
         // Two presses before anyone looks are one request.
         let (sender, receiver) = channel::bounded(1);
