@@ -121,7 +121,9 @@ impl StopSignals {
 
 impl Drop for StopSignals {
     fn drop(&mut self) {
-        // Our sender now reports "closed"; forget it, and any other gone.
+        // Closed now (not when the field drops, after this), so the retain
+        // forgets our sender, along with any other that is gone.
+        self.0.close();
         lock(&STOP_WAITERS).retain(|sender| !sender.is_closed());
     }
 }
@@ -185,6 +187,7 @@ mod tests {
         assert_eq!(got, Some("Ctrl+C"));
         assert_eq!(console_ctrl(2), 0, "closing the console is not handled");
         drop(signals);
+        assert!(lock(&STOP_WAITERS).is_empty(), "forgotten on drop");
         assert_eq!(console_ctrl(CTRL_BREAK_EVENT), 0, "nobody waits any more");
     }
 }
