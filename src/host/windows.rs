@@ -14,8 +14,11 @@
 //!
 //! A pipe exists while some handle to it is open, and vanishes with the
 //! last one: a crashed app leaves nothing behind, and dropping the listener
-//! (which closes the waiting instance) frees the name for the next bind.
-//! A live pipe of the same name makes `bind` fail with `AddrInUse`.
+//! frees the name for the next bind. Not at the very instant of the drop,
+//! though: the waiting instance is closed by the pool thread that waits on
+//! it, once the drop has stopped that wait, a moment later; a bind in that
+//! moment fails. A live pipe of the same name makes `bind` fail with
+//! `AddrInUse`.
 //!
 //! # Ctrl+C
 //!
