@@ -99,7 +99,7 @@ mod bench {
                 }
             } else {
                 Plan {
-                    rounds: 3,
+                    rounds: 5,
                     round_trips: 2000,
                     spawns: 10,
                     hangups: 5,
