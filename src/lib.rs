@@ -65,6 +65,8 @@ pub mod demo;
 pub mod endpoint;
 pub mod handshake;
 pub mod host;
+#[cfg(unix)]
+mod readiness;
 pub mod relay;
 pub mod serve;
 pub mod stdio;

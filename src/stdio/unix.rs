@@ -34,7 +34,8 @@ use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 use smol::Unblock;
 
-use crate::relay::{ReadReadiness, BUFFER_SIZE};
+use crate::readiness::ReadReadiness;
+use crate::relay::BUFFER_SIZE;
 
 pub(super) type Input = Stdio;
 pub(super) type Output = Stdio;
