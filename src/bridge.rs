@@ -3,7 +3,7 @@
 //! This is the whole job an MCP CLI spawns us for, with no business logic:
 //! the bridge never parses the JSON-RPC it carries. It connects to the app's
 //! endpoint within a bounded time, writes the [`handshake`](crate::handshake)
-//! line, and hands both byte streams to the [`relay`](crate::relay). stdout
+//! line, and hands both byte streams to the [`relay`]. stdout
 //! carries relayed bytes only, so every diagnostic is returned as a
 //! [`BridgeError`] for the caller to print on stderr.
 
