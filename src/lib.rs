@@ -8,9 +8,11 @@
 //! line ([`handshake`]), and then relays bytes both ways without looking at them
 //! ([`relay`]).
 //!
-//! The same crate is also the app's toolkit for the other direction: driving
-//! "app-server" child processes over newline-delimited JSON-RPC
-//! ([`app_server`]).
+//! The same crate is also the app's toolkit for the rest of the job: the
+//! app's side of the endpoint ([`host`]: an owner-only socket or pipe, peer
+//! checks, handshake reading), `mcp-bridge serve` ([`serve`]: any stdio MCP
+//! server behind an endpoint), and driving "app-server" child processes over
+//! newline-delimited JSON-RPC ([`app_server`]).
 //!
 //! The relay is generic over `AsyncRead`/`AsyncWrite`, so the bridge's stdio
 //! and socket can be replaced by anything, here a socket pair standing in for
