@@ -59,14 +59,9 @@ export RUST_BACKTRACE=0
 # Lints for the Windows target, with Debian's clippy, which matches its rustc
 # 1.63. It is called by its path: `cargo clippy` would find rustup's
 # cargo-clippy in ~/.cargo/bin first, whose clippy-driver cannot read 1.63's
-# metadata. Allowed: lints that clippy 1.63 enables by default but the
-# current clippy (the one .ci/run uses on Linux) does not fire on the same
-# code: derive_partial_eq_without_eq (since moved to nursery),
-# format_push_string (since moved to restriction), and let_unit_value (1.63
-# also fires on `let _ = future.await`).
+# metadata.
 step "clippy, Windows target (Debian's clippy 1.63): cargo clippy --locked --target $TARGET --all-targets -- -D warnings"
-debian /usr/bin/cargo-clippy clippy --locked --target "$TARGET" --all-targets -- -D warnings \
-    -A clippy::derive_partial_eq_without_eq -A clippy::format_push_string -A clippy::let_unit_value
+debian /usr/bin/cargo-clippy clippy --locked --target "$TARGET" --all-targets -- -D warnings
 
 step "creating the Wine prefix"
 started=$SECONDS

@@ -972,10 +972,11 @@ mod bench {
 
     fn table(results: &[(Mode, Figures, Option<Figures>)]) -> String {
         let mut t = String::new();
-        t.push_str(&format!(
-            "{:<28} {:<6} {:>11} {:>11} {:>7}  {}\n",
-            "", "unit", "mcp-bridge", "socat", "ratio", "target"
-        ));
+        let _ = writeln!(
+            t,
+            "{:<28} {:<6} {:>11} {:>11} {:>7}  target",
+            "", "unit", "mcp-bridge", "socat", "ratio"
+        );
         for (mode, bridge, socat) in results {
             let _ = writeln!(t, "-- stdio as {}", mode.name());
             for row in rows() {
