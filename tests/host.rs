@@ -17,7 +17,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use mcp_bridge::handshake::Handshake;
 use mcp_bridge::host::{Connection, Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::net::unix::UnixStream;
-use support::TempDir;
+use support::{assert_hung_up_after_connecting, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
@@ -457,19 +457,4 @@ fn another_user_cannot_open_the_socket() {
         assert_eq!(status.code(), Some(1), "{}", text);
         assert!(text.contains("permission denied"), "{}", text);
     });
-}
-
-/// The foreign bridge did connect (so file permissions let it in) and was
-/// then hung up on: either before its handshake went out (a broken pipe,
-/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
-/// open). Which one is a race; both prove the refusal came after connecting.
-fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
-    assert!(!stderr.contains("cannot connect"), "{}", stderr);
-    assert!(
-        status.success()
-            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
-        "{}: {}",
-        status,
-        stderr
-    );
 }

@@ -19,7 +19,7 @@ use futures_lite::StreamExt;
 use rustix::process::{Pid, Signal};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
-use support::TempDir;
+use support::{assert_hung_up_after_connecting, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
@@ -518,19 +518,4 @@ fn another_user_is_refused_and_logged() {
         );
         assert!(!serve.log().contains("intruder"), "{}", serve.log());
     });
-}
-
-/// The foreign bridge did connect (so file permissions let it in) and was
-/// then hung up on: either before its handshake went out (a broken pipe,
-/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
-/// open). Which one is a race; both prove the refusal came after connecting.
-fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
-    assert!(!stderr.contains("cannot connect"), "{}", stderr);
-    assert!(
-        status.success()
-            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
-        "{}: {}",
-        status,
-        stderr
-    );
 }

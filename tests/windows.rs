@@ -141,6 +141,27 @@ async fn accept_bridge(
     (handshake, lines, writer)
 }
 
+/// One request from the client through the bridge to the app, and the app's
+/// reply back to the client, each checked on arrival.
+async fn round_trip<R, W>(
+    bridge: &mut Bridge,
+    out: &mut futures_lite::io::Lines<BufReader<Unblock<ChildStdout>>>,
+    requests: &mut futures_lite::io::Lines<R>,
+    replies: &mut W,
+    request: &str,
+    reply: &str,
+) where
+    R: futures_lite::io::AsyncBufRead + Unpin,
+    W: futures_lite::io::AsyncWrite + Unpin,
+{
+    bridge.send(request).await;
+    assert_eq!(requests.next().await.unwrap().unwrap(), request);
+    replies.write_all(reply.as_bytes()).await.unwrap();
+    replies.write_all(b"\n").await.unwrap();
+    replies.flush().await.unwrap();
+    assert_eq!(out.next().await.unwrap().unwrap(), reply);
+}
+
 #[test]
 fn relays_both_ways_after_the_handshake() {
     let pipe = unique_pipe("relay");
@@ -152,13 +173,16 @@ fn relays_both_ways_after_the_handshake() {
 
         let mut out = bridge.stdout_lines();
         let request = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-        bridge.send(request).await;
-        assert_eq!(requests.next().await.unwrap().unwrap(), request);
         let reply = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
-        replies.write_all(reply.as_bytes()).await.unwrap();
-        replies.write_all(b"\n").await.unwrap();
-        replies.flush().await.unwrap();
-        assert_eq!(out.next().await.unwrap().unwrap(), reply);
+        round_trip(
+            &mut bridge,
+            &mut out,
+            &mut requests,
+            &mut replies,
+            request,
+            reply,
+        )
+        .await;
 
         bridge.close_stdin().await;
         // The app hangs up after the client is done: the bridge exits 0.
@@ -474,13 +498,16 @@ fn host_listener_accepts_the_bridge() {
         let mut out = bridge.stdout_lines();
         for id in 1..=3 {
             let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, id);
-            bridge.send(&request).await;
-            assert_eq!(requests.next().await.unwrap().unwrap(), request);
             let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, id);
-            replies.write_all(reply.as_bytes()).await.unwrap();
-            replies.write_all(b"\n").await.unwrap();
-            replies.flush().await.unwrap();
-            assert_eq!(out.next().await.unwrap().unwrap(), reply);
+            round_trip(
+                &mut bridge,
+                &mut out,
+                &mut requests,
+                &mut replies,
+                &request,
+                &reply,
+            )
+            .await;
         }
         bridge.close_stdin().await;
         drop((requests, replies));
@@ -700,13 +727,16 @@ fn serve_relays_through_a_child_both_ways() {
         let mut out = bridge.stdout_lines();
         for id in 1..=20 {
             let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"m"}}"#, id);
-            bridge.send(&request).await;
-            assert_eq!(requests.next().await.unwrap().unwrap(), request);
             let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#, id, id);
-            replies.write_all(reply.as_bytes()).await.unwrap();
-            replies.write_all(b"\n").await.unwrap();
-            replies.flush().await.unwrap();
-            assert_eq!(out.next().await.unwrap().unwrap(), reply);
+            round_trip(
+                &mut bridge,
+                &mut out,
+                &mut requests,
+                &mut replies,
+                &request,
+                &reply,
+            )
+            .await;
         }
         drop((requests, replies));
         assert!(out.next().await.is_none(), "the connection closes");

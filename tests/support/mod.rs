@@ -43,3 +43,18 @@ impl Drop for TempDir {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// The foreign bridge did connect (so file permissions let it in) and was
+/// then hung up on: either before its handshake went out (a broken pipe,
+/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
+/// open). Which one is a race; both prove the refusal came after connecting.
+pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
+    assert!(!stderr.contains("cannot connect"), "{}", stderr);
+    assert!(
+        status.success()
+            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
+        "{}: {}",
+        status,
+        stderr
+    );
+}
