@@ -13,9 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::TempDir;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+use support::{TempDir, BIN};
 
 fn bridge(endpoint: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(BIN);
@@ -284,7 +282,7 @@ fn permission_denied() {
     let stderr = connect_failure(&socket, |command| {
         if as_root {
             // Root ignores permissions: run the bridge as nobody instead.
-            std::os::unix::process::CommandExt::uid(command, 65534);
+            std::os::unix::process::CommandExt::uid(command, support::NOBODY);
         }
     });
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();

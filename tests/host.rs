@@ -7,8 +7,7 @@ mod support;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
@@ -17,12 +16,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use mcp_bridge::handshake::Handshake;
 use mcp_bridge::host::{Connection, Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::net::unix::UnixStream;
-use support::{assert_hung_up_after_connecting, TempDir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
-
-/// The unprivileged user root's tests run the foreign bridge as.
-const NOBODY: u32 = 65534;
+use support::{assert_hung_up_after_connecting, executable_copy, spawn_foreign_bridge, TempDir};
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -363,36 +357,6 @@ fn many_concurrent_peers_each_get_their_own_stream() {
     });
 }
 
-/// The foreign bridge must be able to exec the binary: copy it into a
-/// directory everyone can enter.
-fn world_readable_bridge(dir: &TempDir) -> PathBuf {
-    let copy = dir.0.join("mcp-bridge");
-    fs::copy(BIN, &copy).unwrap();
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
-
-/// Spawns the bridge as user `NOBODY`, with stdin kept open so that only
-/// the listener can end it.
-fn spawn_foreign_bridge(exe: &Path, socket: &Path) -> smol::process::Child {
-    use std::os::unix::process::CommandExt;
-    let mut command = std::process::Command::new(exe);
-    command
-        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
-        .arg("--endpoint")
-        .arg(socket)
-        .uid(NOBODY)
-        .gid(NOBODY);
-    // Stdio set on the smol command: it does not carry std's settings over.
-    smol::process::Command::from(command)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
 /// The peer-credential check itself, with file permissions out of the way:
 /// the socket is opened to everyone (here only), the foreign bridge does
 /// connect, and the listener still refuses it.
@@ -403,7 +367,7 @@ fn another_user_is_refused_by_the_uid_check() {
         return;
     }
     let dir = TempDir::new("uid", 0o755);
-    let exe = world_readable_bridge(&dir);
+    let exe = executable_copy(&dir);
     smol::block_on(async {
         let listener = Listener::bind(dir.socket()).unwrap();
         fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
@@ -442,7 +406,7 @@ fn another_user_cannot_open_the_socket() {
         return;
     }
     let dir = TempDir::new("perm", 0o755);
-    let exe = world_readable_bridge(&dir);
+    let exe = executable_copy(&dir);
     smol::block_on(async {
         let _listener = Listener::bind(dir.socket()).unwrap();
         let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());

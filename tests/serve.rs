@@ -19,9 +19,9 @@ use futures_lite::StreamExt;
 use rustix::process::{Pid, Signal};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
-use support::{assert_hung_up_after_connecting, TempDir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+use support::{
+    assert_hung_up_after_connecting, executable_copy, spawn_foreign_bridge, TempDir, BIN, NOBODY,
+};
 
 /// A child that says who it serves, then echoes.
 const IDENTIFY_THEN_ECHO: &str =
@@ -478,32 +478,16 @@ fn usage_errors_exit_2() {
 /// refused, with a log line.
 #[test]
 fn another_user_is_refused_and_logged() {
-    use std::os::unix::process::CommandExt;
     if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: needs root to run a bridge as another user");
         return;
     }
     let dir = TempDir::new("uid", 0o755);
-    let exe = dir.0.join("mcp-bridge");
-    fs::copy(BIN, &exe).unwrap();
-    fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = executable_copy(&dir);
     let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
     smol::block_on(async {
-        let mut command = std::process::Command::new(&exe);
-        command
-            .args(["mcp-server", "--project", "p", "--requester", "intruder"])
-            .arg("--endpoint")
-            .arg(dir.socket())
-            .uid(65534)
-            .gid(65534);
-        let mut intruder = Command::from(command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());
         let _stdin = intruder.stdin.take();
         let mut stderr = intruder.stderr.take().unwrap();
         let status = within(Duration::from_secs(10), "the intruder", intruder.status())
@@ -513,7 +497,7 @@ fn another_user_is_refused_and_logged() {
         stderr.read_to_string(&mut text).await.unwrap();
         assert_hung_up_after_connecting(status, &text);
         serve.wait_for_log(
-            "refused a connection from uid 65534",
+            &format!("refused a connection from uid {}", NOBODY),
             Duration::from_secs(5),
         );
         assert!(!serve.log().contains("intruder"), "{}", serve.log());

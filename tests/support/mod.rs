@@ -4,7 +4,15 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// The bridge binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
+
+/// The unprivileged user (and group) root's tests run a foreign bridge as.
+pub const NOBODY: u32 = 65534;
 
 /// A temporary directory with the given mode, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -57,4 +65,43 @@ pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr:
         status,
         stderr
     );
+}
+
+/// A copy of the bridge in `dir` that another user can execute (the build
+/// directory may sit under a home only root can enter).
+///
+/// `cp` writes the copy, not this process: the test harness forks from many
+/// threads at once, and a child forked while we held the new file open for
+/// writing would keep that descriptor until its exec, making our own exec of
+/// the copy fail with "Text file busy" (ETXTBSY).
+pub fn executable_copy(dir: &TempDir) -> PathBuf {
+    let copy = dir.0.join("mcp-bridge");
+    let status = std::process::Command::new("cp")
+        .arg(BIN)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp {} failed: {}", BIN, status);
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// Starts the bridge `exe` as user `NOBODY` against `socket`, every stdio
+/// piped (stdin left open, so only the host can end it).
+pub fn spawn_foreign_bridge(exe: &Path, socket: &Path) -> smol::process::Child {
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
+        .arg("--endpoint")
+        .arg(socket)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    // Stdio set on the smol command: it does not carry std's settings over.
+    smol::process::Command::from(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
