@@ -501,8 +501,9 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
         )
         .await;
 
+        // Far below the requests' own timeout (GENEROUS, 30 s).
         assert!(
-            start.elapsed() < Duration::from_secs(1),
+            start.elapsed() < Duration::from_secs(10),
             "took {:?}",
             start.elapsed()
         );

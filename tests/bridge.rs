@@ -34,6 +34,12 @@ fn spawn_bridge(endpoint: &Path) -> Child {
         .expect("spawn mcp-bridge")
 }
 
+/// How long a test waits for a bridge that should exit before calling it
+/// hung. Only a guard against hanging the suite: a test that expects a
+/// prompt exit says so with a bound of its own. Generous, because a loaded
+/// 2-core CI machine can starve a freshly spawned process for seconds.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
 /// Waits for `child` to exit, killing it and failing the test after `limit`.
 fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let start = Instant::now();
@@ -44,7 +50,14 @@ fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
         if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("mcp-bridge still running after {:?}", limit);
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            panic!(
+                "mcp-bridge still running after {:?}; its stderr: {}",
+                limit, stderr
+            );
         }
         thread::sleep(Duration::from_millis(5));
     }
@@ -112,7 +125,7 @@ fn echo_through_bridge(input: Vec<u8>) -> (Vec<u8>, Option<u64>) {
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty(), "{} unexpected extra bytes", rest.len());
-    let status = wait_within(&mut child, Duration::from_secs(10));
+    let status = wait_within(&mut child, HANG_GUARD);
     assert!(status.success(), "{:?}: {}", status, stderr_of(&mut child));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -165,7 +178,7 @@ fn end_to_end_with_handshake() {
     stdout.read_line(&mut reply).unwrap();
     assert_eq!(reply, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n");
     drop(stdin);
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let status = wait_within(&mut child, HANG_GUARD);
     assert_eq!(status.code(), Some(0));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -193,19 +206,22 @@ fn handshake_escapes_identity() {
         "{\"project\":\"a\\\"b\\\\c\",\"requester\":\"agent\\nété\"}\n"
     );
     host.join().unwrap();
-    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    assert!(wait_within(&mut child, HANG_GUARD).success());
 }
 
 #[test]
 fn absent_endpoint_fails_fast_and_names_the_path() {
     let dir = TempDir::new("absent", 0o700);
     let start = Instant::now();
-    let mut child = spawn_bridge(&dir.socket());
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let mut child = bridge(&dir.socket(), &["--connect-timeout", "60"])
+        .spawn()
+        .unwrap();
+    let status = wait_within(&mut child, HANG_GUARD);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1));
-    assert!(took < Duration::from_secs(1), "took {:?}", took);
+    // Far below the connect timeout, with room for a loaded CI machine.
+    assert!(took < Duration::from_secs(10), "took {:?}", took);
     assert!(stderr.starts_with("mcp-bridge: "), "{}", stderr);
     assert!(
         stderr.contains(&*dir.socket().to_string_lossy()),
@@ -222,16 +238,16 @@ fn absent_endpoint_fails_fast_and_names_the_path() {
 /// returns its stderr, checking the exit code and that it did not wait for
 /// the (long) connect timeout.
 fn connect_failure(endpoint: &Path, setup: impl FnOnce(&mut Command)) -> String {
-    let mut command = bridge(endpoint, &["--connect-timeout", "30"]);
+    let mut command = bridge(endpoint, &["--connect-timeout", "60"]);
     setup(&mut command);
     let start = Instant::now();
     let mut child = command.spawn().unwrap();
-    let status = wait_within(&mut child, Duration::from_secs(10));
+    let status = wait_within(&mut child, HANG_GUARD);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1), "{}", stderr);
     assert!(
-        took < Duration::from_secs(2),
+        took < Duration::from_secs(10),
         "waited {:?}: {}",
         took,
         stderr
@@ -326,7 +342,7 @@ fn connect_is_bounded_by_the_timeout() {
     let mut child = bridge(&dir.socket(), &["--connect-timeout", "0.4"])
         .spawn()
         .unwrap();
-    let status = wait_within(&mut child, Duration::from_secs(10));
+    let status = wait_within(&mut child, HANG_GUARD);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1), "{}", stderr);
@@ -462,7 +478,7 @@ fn stdin_eof_right_after_connect_exits_0() {
     });
     let mut child = spawn_bridge(&dir.socket());
     drop(child.stdin.take());
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let status = wait_within(&mut child, HANG_GUARD);
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -505,7 +521,7 @@ fn in_flight_reply_is_drained_after_stdin_eof() {
         .read_to_string(&mut out)
         .unwrap();
     assert_eq!(out, "{\"id\":1,\"result\":\"late\"}\n");
-    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    assert!(wait_within(&mut child, HANG_GUARD).success());
     host.join().unwrap();
 }
 
@@ -528,7 +544,7 @@ fn drain_is_bounded_when_the_host_never_answers() {
         .write_all(b"{\"id\":1,\"method\":\"never\"}\n")
         .unwrap();
     let start = Instant::now();
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let status = wait_within(&mut child, HANG_GUARD);
     assert_eq!(status.code(), Some(0));
     assert!(
         start.elapsed() >= Duration::from_millis(900),
@@ -540,7 +556,7 @@ fn drain_is_bounded_when_the_host_never_answers() {
 }
 
 #[test]
-fn host_hang_up_ends_the_bridge_within_a_second() {
+fn host_hang_up_ends_the_bridge_promptly() {
     let dir = TempDir::new("hangup", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (hang_up_tx, hang_up) = mpsc::channel::<()>();
@@ -557,10 +573,11 @@ fn host_hang_up_ends_the_bridge_within_a_second() {
     let start = Instant::now();
     hang_up_tx.send(()).unwrap();
     host.join().unwrap();
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let status = wait_within(&mut child, HANG_GUARD);
     let took = start.elapsed();
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
-    assert!(took < Duration::from_secs(1), "took {:?}", took);
+    // Prompt: the hang-up itself ends it, not a timeout.
+    assert!(took < Duration::from_secs(4), "took {:?}", took);
     assert_eq!(
         &first, b"{\"method\":\"bye\"}",
         "the last partial line arrived"
@@ -617,7 +634,7 @@ fn a_thousand_round_trips_in_order() {
         assert_eq!(reply, format!("{{\"id\":{},\"result\":{}}}\n", id, id * 2));
     }
     drop(stdin);
-    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    assert!(wait_within(&mut child, HANG_GUARD).success());
     host.join().unwrap();
 }
 
@@ -638,7 +655,7 @@ fn closed_stdout_ends_the_bridge_quietly() {
     let _stdin = child.stdin.take().unwrap(); // still open
     drop(child.stdout.take()); // the reader goes away
     go_tx.send(()).unwrap();
-    let status = wait_within(&mut child, Duration::from_secs(5));
+    let status = wait_within(&mut child, HANG_GUARD);
     assert_eq!(status.code(), Some(0));
     assert_eq!(stderr_of(&mut child), "", "quietly");
     host.join().unwrap();
@@ -739,6 +756,6 @@ fn round_trip_with_stdio(
     let mut rest = Vec::new();
     from_bridge.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());
-    assert!(wait_within(&mut child, Duration::from_secs(5)).success());
+    assert!(wait_within(&mut child, HANG_GUARD).success());
     host.join().unwrap();
 }

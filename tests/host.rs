@@ -272,11 +272,14 @@ fn bad_handshakes_are_dropped_without_affecting_others() {
 
         // A good peer is accepted while the slow ones are still pending.
         let _good = connect(&path, "good-1").await;
-        let connection = within(Duration::from_secs(2), "a good peer", listener.accept())
+        // "At once" means long before the slow ones' timeout, with a second
+        // of slack for a loaded machine.
+        let before_timeout = HANDSHAKE_TIMEOUT - Duration::from_secs(1);
+        let connection = within(before_timeout, "a good peer", listener.accept())
             .await
             .unwrap();
         assert_eq!(connection.handshake.requester, "good-1");
-        assert!(start.elapsed() < HANDSHAKE_TIMEOUT / 2);
+        assert!(start.elapsed() < before_timeout, "{:?}", start.elapsed());
 
         for (name, stream) in [
             ("oversized", &mut oversized),
@@ -295,7 +298,7 @@ fn bad_handshakes_are_dropped_without_affecting_others() {
         )
         .await;
         within(
-            Duration::from_secs(1),
+            Duration::from_secs(3),
             "the silent peer to time out",
             read_until_closed(&mut silent),
         )

@@ -23,6 +23,11 @@ use support::{
     assert_hung_up_after_connecting, executable_copy, spawn_foreign_bridge, TempDir, BIN, NOBODY,
 };
 
+/// How long a test waits for something that should happen before calling it
+/// hung: only a guard against hanging the suite, generous because a loaded
+/// 2-core CI machine can starve freshly spawned processes for seconds.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
 /// A child that says who it serves, then echoes.
 const IDENTIFY_THEN_ECHO: &str =
     "echo \"$$ $MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER\"; echo \"hello from $$\" >&2; exec cat";
@@ -64,7 +69,7 @@ impl Serve {
             stderr,
             socket: socket.to_path_buf(),
         };
-        serve.wait_for_log("serving", Duration::from_secs(10));
+        serve.wait_for_log("serving", HANG_GUARD);
         assert!(socket.exists());
         serve
     }
@@ -162,13 +167,9 @@ impl Bridge {
 
     /// The next line, or `None` at the end of stdout.
     async fn line(&mut self) -> Option<String> {
-        within(
-            Duration::from_secs(30),
-            "a line from the bridge",
-            self.stdout.next(),
-        )
-        .await
-        .map(|line| line.unwrap())
+        within(HANG_GUARD, "a line from the bridge", self.stdout.next())
+            .await
+            .map(|line| line.unwrap())
     }
 
     async fn round_trip(&mut self, line: &str) -> String {
@@ -183,14 +184,10 @@ impl Bridge {
     }
 
     async fn exit_code(&mut self) -> Option<i32> {
-        within(
-            Duration::from_secs(10),
-            "the bridge to exit",
-            self.child.status(),
-        )
-        .await
-        .unwrap()
-        .code()
+        within(HANG_GUARD, "the bridge to exit", self.child.status())
+            .await
+            .unwrap()
+            .code()
     }
 }
 
@@ -226,15 +223,12 @@ fn relays_to_a_child_that_knows_who_is_calling() {
         assert_eq!(bridge.round_trip("ünïcödé").await, "ünïcödé");
 
         // Its stderr shows up on serve's, behind the requester.
-        serve.wait_for_log(
-            &format!("[agent-7] hello from {}", pid),
-            Duration::from_secs(5),
-        );
+        serve.wait_for_log(&format!("[agent-7] hello from {}", pid), HANG_GUARD);
 
         // The bridge disconnecting stops the child (cat ends at EOF), and
         // serve reaps it.
         assert_eq!(bridge.finish().await, Some(0));
-        serve.wait_for_log("ended (the bridge disconnected)", Duration::from_secs(5));
+        serve.wait_for_log("ended (the bridge disconnected)", HANG_GUARD);
         assert!(!alive(pid), "child {} still exists", pid);
     });
 }
@@ -323,12 +317,7 @@ fn stop_leaves_nothing_behind(signal: Signal) {
         assert_eq!(bridges[0].round_trip("ping").await, "ping");
 
         let started = Instant::now();
-        assert_eq!(
-            serve.stop(signal, Duration::from_secs(15)),
-            Some(0),
-            "{}",
-            serve.log()
-        );
+        assert_eq!(serve.stop(signal, HANG_GUARD), Some(0), "{}", serve.log());
         let took = started.elapsed();
         assert!(!dir.socket().exists(), "the socket file is removed");
         for pid in &pids {
@@ -375,13 +364,13 @@ fn connections_over_the_limit_are_refused() {
         assert_eq!(second.exit_code().await, Some(0));
         serve.wait_for_log(
             "requester \"second\", project \"p\"): refused, 1 connections already open",
-            Duration::from_secs(5),
+            HANG_GUARD,
         );
 
         // The first is unaffected, and once it is gone there is room again.
         assert_eq!(first.round_trip("still here").await, "still here");
         assert_eq!(first.finish().await, Some(0));
-        serve.wait_for_log("ended (the bridge disconnected)", Duration::from_secs(5));
+        serve.wait_for_log("ended (the bridge disconnected)", HANG_GUARD);
         let mut third = Bridge::spawn(&dir.socket(), "p", "third");
         assert!(third.line().await.unwrap().ends_with("p|third"));
         assert_eq!(third.finish().await, Some(0));
@@ -402,7 +391,7 @@ fn bad_handshakes_are_logged_and_the_server_goes_on() {
         assert!(rest.is_empty());
         serve.wait_for_log(
             "dropped a connection: invalid handshake: not JSON",
-            Duration::from_secs(5),
+            HANG_GUARD,
         );
 
         let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
@@ -425,10 +414,7 @@ fn a_command_that_cannot_start_is_logged() {
     smol::block_on(async {
         let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
         assert_eq!(bridge.line().await, None);
-        serve.wait_for_log(
-            "cannot start '/nonexistent/mcp-server'",
-            Duration::from_secs(5),
-        );
+        serve.wait_for_log("cannot start '/nonexistent/mcp-server'", HANG_GUARD);
     });
 }
 
@@ -490,7 +476,7 @@ fn another_user_is_refused_and_logged() {
         let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());
         let _stdin = intruder.stdin.take();
         let mut stderr = intruder.stderr.take().unwrap();
-        let status = within(Duration::from_secs(10), "the intruder", intruder.status())
+        let status = within(HANG_GUARD, "the intruder", intruder.status())
             .await
             .unwrap();
         let mut text = String::new();
@@ -498,7 +484,7 @@ fn another_user_is_refused_and_logged() {
         assert_hung_up_after_connecting(status, &text);
         serve.wait_for_log(
             &format!("refused a connection from uid {}", NOBODY),
-            Duration::from_secs(5),
+            HANG_GUARD,
         );
         assert!(!serve.log().contains("intruder"), "{}", serve.log());
     });
