@@ -147,17 +147,25 @@ where
     };
 
     // Client EOF: tell the server (half-close) and drain in-flight replies,
-    // the close and the drain both bounded by one deadline.
-    let deadline = Timer::after(drain_grace);
-    let drained = future::or(async { Some((&mut down).await) }, async {
+    // the close and the drain both bounded by one deadline. The close gets
+    // no say in when the drain ends: a close that waits (a pipe's flush, with
+    // a server that stopped reading) must not hold the deadline back.
+    let half_close = async {
         if let Some(mut server_out) = server_out {
             // An error here means the server is already gone, which the
-            // drain below observes as its EOF.
+            // drain observes as its EOF.
             let _ = server_out.close().await;
         }
-        deadline.await;
+        future::pending().await
+    };
+    let deadline = async {
+        Timer::after(drain_grace).await;
         None
-    })
+    };
+    let drained = future::or(
+        async { Some((&mut down).await) },
+        future::or(half_close, deadline),
+    )
     .await;
     match drained {
         None => Ok(Ending::ClientClosed { drained: false }),
@@ -459,6 +467,53 @@ mod tests {
             assert_eq!(server.await, up);
             assert_eq!(client_out.len(), expected_down.len());
             assert!(client_out == expected_down);
+        });
+    }
+
+    /// A server side that takes every byte but whose close never completes,
+    /// like a pipe flush waiting on a server that stopped reading.
+    struct StuckClose;
+
+    impl AsyncWrite for StuckClose {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_close_that_never_completes_does_not_outlast_the_grace() {
+        smol::block_on(async {
+            let (server_in, _server_tx) = pipe();
+            let grace = Duration::from_millis(200);
+            let relayed = relay(
+                Cursor::new(b"{\"id\":1}\n".to_vec()),
+                Vec::new(),
+                server_in,
+                StuckClose,
+                grace,
+            );
+            let hung = async {
+                Timer::after(Duration::from_secs(30)).await;
+                panic!("the relay outlasted its drain grace by 30 s")
+            };
+            let ending = future::or(relayed, hung).await.unwrap();
+            assert_eq!(ending, Ending::ClientClosed { drained: false });
         });
     }
 
