@@ -401,12 +401,18 @@ fn error_answers_and_the_codex_wire_format_omit_the_version() {
 }
 
 #[test]
-fn a_request_to_a_child_that_already_exited_reports_its_last_words() {
+fn a_request_to_a_child_that_closed_its_stdin_reports_its_exit_and_last_words() {
     smol::block_on(async {
-        // Closes stdin at once, so our write fails, but exits only a little later.
-        let client =
-            spawn_client("exec 0<&-; echo 'config error: no API key' >&2; sleep 0.3; exit 2");
-        smol::Timer::after(Duration::from_millis(100)).await;
+        // Closes stdin, says so, and exits a little later: our write fails with a
+        // broken pipe, and the request reports the exit instead.
+        let client = spawn_client(
+            r#"exec 0<&-; echo 'config error: no API key' >&2
+            echo '{"method":"stdin-closed"}'; sleep 0.3; exit 2"#,
+        );
+        assert_eq!(
+            next_incoming(&client.incoming()).await.method(),
+            "stdin-closed"
+        );
 
         let error = client.request("initialize", json!({})).await.unwrap_err();
 

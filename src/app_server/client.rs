@@ -28,8 +28,10 @@ use super::{
 const STDERR_SETTLE: Duration = Duration::from_millis(200);
 
 /// How long a request whose write failed waits to learn that the child exited, so that
-/// it can report that (with the child's stderr) instead of the bare write error.
-const EXIT_NOTICE: Duration = Duration::from_millis(500);
+/// it can report that (with the child's stderr) instead of the bare write error. A
+/// child that closed its stdin is usually on its way out; two seconds let a busy
+/// machine finish the exit, and only a child that closes stdin yet lives on costs it.
+const EXIT_NOTICE: Duration = Duration::from_secs(2);
 
 type Reader = Pin<Box<dyn AsyncRead + Send>>;
 type Writer = Pin<Box<dyn AsyncWrite + Send>>;
