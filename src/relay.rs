@@ -470,17 +470,25 @@ mod tests {
         });
     }
 
-    /// A server side that takes every byte but whose close never completes,
-    /// like a pipe flush waiting on a server that stopped reading.
-    struct StuckClose;
+    /// Writers that misbehave the ways real streams do.
+    enum OddWriter {
+        /// Every write fails with this kind.
+        Failing(io::ErrorKind),
+        /// Takes every byte, but its close never completes, like a pipe
+        /// flush waiting on a server that stopped reading.
+        StuckClose,
+    }
 
-    impl AsyncWrite for StuckClose {
+    impl AsyncWrite for OddWriter {
         fn poll_write(
             self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
             buf: &[u8],
         ) -> std::task::Poll<io::Result<usize>> {
-            std::task::Poll::Ready(Ok(buf.len()))
+            std::task::Poll::Ready(match *self {
+                OddWriter::Failing(kind) => Err(kind.into()),
+                OddWriter::StuckClose => Ok(buf.len()),
+            })
         }
         fn poll_flush(
             self: std::pin::Pin<&mut Self>,
@@ -492,53 +500,10 @@ mod tests {
             self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Pending
-        }
-    }
-
-    #[test]
-    fn a_close_that_never_completes_does_not_outlast_the_grace() {
-        smol::block_on(async {
-            let (server_in, _server_tx) = pipe();
-            let grace = Duration::from_millis(200);
-            let relayed = relay(
-                Cursor::new(b"{\"id\":1}\n".to_vec()),
-                Vec::new(),
-                server_in,
-                StuckClose,
-                grace,
-            );
-            let hung = async {
-                Timer::after(Duration::from_secs(30)).await;
-                panic!("the relay outlasted its drain grace by 30 s")
-            };
-            let ending = future::or(relayed, hung).await.unwrap();
-            assert_eq!(ending, Ending::ClientClosed { drained: false });
-        });
-    }
-
-    /// A writer whose every write fails with `kind`.
-    struct FailingWriter(io::ErrorKind);
-
-    impl AsyncWrite for FailingWriter {
-        fn poll_write(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            _: &[u8],
-        ) -> std::task::Poll<io::Result<usize>> {
-            std::task::Poll::Ready(Err(self.0.into()))
-        }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_close(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
+            match *self {
+                OddWriter::Failing(_) => std::task::Poll::Ready(Ok(())),
+                OddWriter::StuckClose => std::task::Poll::Pending,
+            }
         }
     }
 
@@ -551,7 +516,7 @@ mod tests {
             server_tx.write_all(b"{\"id\":1}\n").await.unwrap();
             let ending = relay(
                 client_in,
-                FailingWriter(io::ErrorKind::BrokenPipe),
+                OddWriter::Failing(io::ErrorKind::BrokenPipe),
                 server_in,
                 server_out,
                 grace(),
@@ -570,7 +535,7 @@ mod tests {
                 Cursor::new(b"x".to_vec()),
                 Vec::new(),
                 server_in,
-                FailingWriter(io::ErrorKind::PermissionDenied),
+                OddWriter::Failing(io::ErrorKind::PermissionDenied),
                 grace(),
             )
             .await
@@ -581,6 +546,27 @@ mod tests {
                 "{}",
                 err
             );
+        });
+    }
+
+    #[test]
+    fn a_close_that_never_completes_does_not_outlast_the_grace() {
+        smol::block_on(async {
+            let (server_in, _server_tx) = pipe();
+            let grace = Duration::from_millis(200);
+            let relayed = relay(
+                Cursor::new(b"{\"id\":1}\n".to_vec()),
+                Vec::new(),
+                server_in,
+                OddWriter::StuckClose,
+                grace,
+            );
+            let hung = async {
+                Timer::after(Duration::from_secs(30)).await;
+                panic!("the relay outlasted its drain grace by 30 s")
+            };
+            let ending = future::or(relayed, hung).await.unwrap();
+            assert_eq!(ending, Ending::ClientClosed { drained: false });
         });
     }
 }
