@@ -65,6 +65,9 @@ pub mod bridge;
 pub mod cli;
 pub mod demo;
 pub mod endpoint;
+/// The FFI boundary: the only module allowed `unsafe`.
+#[allow(unsafe_code, dead_code)]
+mod ffi;
 pub mod handshake;
 pub mod host;
 #[cfg(unix)]
@@ -72,8 +75,6 @@ mod readiness;
 pub mod relay;
 pub mod serve;
 pub mod stdio;
-#[allow(unsafe_code, dead_code)]
-mod sys;
 
 /// The README's Rust examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]

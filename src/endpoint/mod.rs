@@ -17,13 +17,15 @@ use async_io::Timer;
 use futures_lite::future;
 
 #[cfg(unix)]
-#[path = "unix.rs"]
-mod sys;
+mod unix;
+#[cfg(unix)]
+use unix as platform;
 #[cfg(windows)]
-#[path = "windows.rs"]
-mod sys;
+mod windows;
 #[cfg(windows)]
-pub use sys::PipeListener;
+pub use platform::PipeListener;
+#[cfg(windows)]
+use windows as platform;
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.
@@ -37,7 +39,7 @@ const BUSY_RETRY: Duration = Duration::from_millis(10);
 pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writer), ConnectError> {
     let attempt = async {
         loop {
-            match sys::connect(endpoint, timeout).await {
+            match platform::connect(endpoint, timeout).await {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Timer::after(BUSY_RETRY).await,
                 other => break other,
             };
@@ -116,11 +118,11 @@ impl std::error::Error for ConnectError {
 
 /// The reading half of a connection to the app.
 #[derive(Debug)]
-pub struct Reader(sys::Reader);
+pub struct Reader(platform::Reader);
 
 /// The writing half of a connection to the app.
 #[derive(Debug)]
-pub struct Writer(sys::Writer);
+pub struct Writer(platform::Writer);
 
 forward_async_read!(Reader);
 forward_async_write!(Writer);

@@ -74,8 +74,8 @@ use windows_sys::Win32::Foundation::{
     ERROR_PIPE_NOT_CONNECTED, ERROR_SEM_TIMEOUT,
 };
 
+use crate::ffi::windows::{self as win, Event, Overlapped, Pipe, SecurityDescriptor};
 use crate::relay::BUFFER_SIZE;
-use crate::sys::windows::{self as win, Event, Overlapped, Pipe, SecurityDescriptor};
 
 pub(super) type Reader = PipeReader;
 pub(super) type Writer = PipeWriter;

@@ -76,11 +76,13 @@ use smol::Task;
 use crate::handshake::Handshake;
 
 #[cfg(unix)]
-#[path = "unix.rs"]
-mod sys;
+mod unix;
+#[cfg(unix)]
+use unix as platform;
 #[cfg(windows)]
-#[path = "windows.rs"]
-mod sys;
+mod windows;
+#[cfg(windows)]
+use windows as platform;
 
 /// Longest handshake line accepted, final `\n` included. A real one is well
 /// under 1 KiB; the cap only stops a peer from filling our memory.
@@ -110,7 +112,7 @@ pub struct Listener {
     incoming: Receiver<io::Result<Connection>>,
     /// Removes the socket file on drop (before the accept loop below closes
     /// the socket itself, so no new peer can connect in between).
-    _file: sys::SocketFile,
+    _file: platform::SocketFile,
     /// The accept loop; dropping it cancels the loop.
     _accepting: Task<()>,
     /// Closed on drop, which ends every handshake still being read.
@@ -135,12 +137,12 @@ pub struct Reader {
     /// Bytes read together with the handshake, handed out first.
     early: Vec<u8>,
     early_pos: usize,
-    inner: sys::Reader,
+    inner: platform::Reader,
 }
 
 /// The writing half of a [`Connection`].
 #[derive(Debug)]
-pub struct Writer(sys::Writer);
+pub struct Writer(platform::Writer);
 
 /// Why [`Listener::bind`] failed. Its Display text names the endpoint, the
 /// reason, and what to do.
@@ -154,7 +156,7 @@ pub struct BindError {
 enum Incoming {
     /// A peer that passed the platform's checks (same user). Boxed: the
     /// streams are large, and the other variants are common under attack.
-    Peer(Box<(sys::Reader, sys::Writer)>),
+    Peer(Box<(platform::Reader, platform::Writer)>),
     /// A peer that was refused and already dropped; the text says why.
     // Not on Windows: the pipe's DACL refuses other users before accept.
     #[cfg_attr(windows, allow(dead_code))]
@@ -174,7 +176,7 @@ impl Listener {
     /// other than a socket is in the way, or if the OS refuses.
     pub fn bind(endpoint: impl AsRef<Path>) -> Result<Listener, BindError> {
         let endpoint = endpoint.as_ref();
-        let (acceptor, file) = sys::bind(endpoint).map_err(|source| BindError {
+        let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
             endpoint: endpoint.to_path_buf(),
             source,
         })?;
@@ -232,7 +234,7 @@ fn log(message: fmt::Arguments<'_>) {
 /// Accepts peers for as long as the listener lives, reading each one's
 /// handshake in its own task so a slow peer holds up nobody else.
 async fn accept_loop(
-    acceptor: sys::Acceptor,
+    acceptor: platform::Acceptor,
     ready: Sender<io::Result<Connection>>,
     stop: Receiver<()>,
 ) {
@@ -323,7 +325,7 @@ impl fmt::Display for HandshakeFailure {
 /// Reads one handshake line of at most `limit` bytes within `timeout`, and
 /// returns it parsed, with a [`Reader`] that yields every byte after it.
 async fn read_handshake(
-    mut inner: sys::Reader,
+    mut inner: platform::Reader,
     limit: usize,
     timeout: Duration,
 ) -> Result<(Handshake, Reader), HandshakeFailure> {
@@ -449,13 +451,13 @@ impl std::error::Error for BindError {
 /// a long-running host such as `mcp-bridge serve`. Created before binding,
 /// so a signal that arrives at any later moment is seen, and the socket file
 /// is always cleaned up.
-pub(crate) struct StopSignals(sys::StopSignals);
+pub(crate) struct StopSignals(platform::StopSignals);
 
 impl StopSignals {
     /// Starts catching the signals: from now on they no longer end the
     /// process, they are returned by [`StopSignals::next`].
     pub(crate) fn new() -> io::Result<StopSignals> {
-        sys::StopSignals::new().map(StopSignals)
+        platform::StopSignals::new().map(StopSignals)
     }
 
     /// Waits for the next signal and returns its name.

@@ -317,7 +317,7 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
 ))]
 fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     use std::os::unix::io::AsFd;
-    crate::sys::unix::peer_uid(stream.as_fd())
+    crate::ffi::unix::peer_uid(stream.as_fd())
 }
 
 /// No known way to ask: refuse everyone rather than trust everyone.

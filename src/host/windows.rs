@@ -104,7 +104,7 @@ impl StopSignals {
     pub(super) fn new() -> io::Result<StopSignals> {
         let mut registered = lock(&REGISTERED);
         if !*registered {
-            crate::sys::windows::add_console_ctrl_handler(console_ctrl)?;
+            crate::ffi::windows::add_console_ctrl_handler(console_ctrl)?;
             *registered = true;
         }
         // Two presses before anyone looks are one request.

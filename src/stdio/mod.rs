@@ -10,29 +10,31 @@
 use std::io;
 
 #[cfg(unix)]
-#[path = "unix.rs"]
-mod sys;
+mod unix;
+#[cfg(unix)]
+use unix as platform;
 #[cfg(windows)]
-#[path = "windows.rs"]
-mod sys;
+mod windows;
+#[cfg(windows)]
+use windows as platform;
 
 /// This process's standard input, for async reading.
 #[derive(Debug)]
-pub struct Stdin(sys::Input);
+pub struct Stdin(platform::Input);
 
 /// This process's standard output, for async writing. Writes are not
 /// buffered: each one reaches the file descriptor before it completes.
 #[derive(Debug)]
-pub struct Stdout(sys::Output);
+pub struct Stdout(platform::Output);
 
 /// Opens standard input for async reading.
 pub fn stdin() -> io::Result<Stdin> {
-    sys::stdin().map(Stdin)
+    platform::stdin().map(Stdin)
 }
 
 /// Opens standard output for async writing.
 pub fn stdout() -> io::Result<Stdout> {
-    sys::stdout().map(Stdout)
+    platform::stdout().map(Stdout)
 }
 
 forward_async_read!(Stdin);
