@@ -1,0 +1,94 @@
+//! Bounded waiting, written once: a deadline around any future, and a
+//! signal that fires when its owner is dropped.
+//!
+//! Every ending in this crate is bounded, so "wait for X, but at most T" and
+//! "stop when the thing that owns me goes away" appear all over it. Written
+//! by hand at each site, `future::or(x, async { Timer::after(t).await; .. })`
+//! and "a channel nobody sends on, closed on drop" each read differently
+//! every time and hide the one number that matters. These two helpers keep
+//! that number in view at the call site.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_io::Timer;
+use futures_lite::future;
+use smol::channel::{self, Receiver, Sender};
+
+/// Runs `work` for at most `limit`: `Some(output)` if it finished in time,
+/// `None` if the time ran out first (and `work` was dropped, cancelling it).
+///
+/// When both are ready at once, the finished work wins.
+pub(crate) async fn timeout<T>(limit: Duration, work: impl Future<Output = T>) -> Option<T> {
+    future::or(async { Some(work.await) }, async {
+        Timer::after(limit).await;
+        None
+    })
+    .await
+}
+
+/// The sending side of a stop signal: dropping it (and every clone) fires
+/// the signal. Nothing is ever sent; the drop is the message, so it cannot
+/// be forgotten on any path out of the owner, a panic or an early return
+/// included.
+#[derive(Debug, Clone)]
+pub(crate) struct StopOnDrop(#[allow(dead_code)] Sender<()>);
+
+/// The waiting side of a stop signal; clones all fire together.
+#[derive(Debug, Clone)]
+pub(crate) struct Stopped(Receiver<()>);
+
+/// A new stop signal: wait on the [`Stopped`] half, drop the [`StopOnDrop`]
+/// half (all its clones) to fire it.
+pub(crate) fn stop_signal() -> (StopOnDrop, Stopped) {
+    let (sender, receiver) = channel::bounded(1);
+    (StopOnDrop(sender), Stopped(receiver))
+}
+
+impl Stopped {
+    /// Completes once every [`StopOnDrop`] of this signal has been dropped.
+    pub(crate) async fn wait(&self) {
+        // Nothing is ever sent, so this only returns once the channel closes.
+        let _ = self.0.recv().await;
+    }
+
+    /// Whether the signal has already fired.
+    pub(crate) fn fired(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_returns_the_work_when_it_finishes_first() {
+        smol::block_on(async {
+            assert_eq!(timeout(Duration::from_secs(30), async { 7 }).await, Some(7));
+        });
+    }
+
+    #[test]
+    fn timeout_gives_up_when_the_work_never_finishes() {
+        smol::block_on(async {
+            let never = future::pending::<()>();
+            assert_eq!(timeout(Duration::from_millis(10), never).await, None);
+        });
+    }
+
+    #[test]
+    fn stop_fires_when_the_last_sender_is_dropped() {
+        smol::block_on(async {
+            let (stop, stopped) = stop_signal();
+            let second = stop.clone();
+            drop(stop);
+            assert!(!stopped.fired(), "a clone still holds it");
+            let waiter = stopped.clone();
+            let task = smol::spawn(async move { waiter.wait().await });
+            drop(second);
+            task.await;
+            assert!(stopped.fired());
+        });
+    }
+}
