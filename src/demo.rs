@@ -3,7 +3,7 @@
 //!
 //! It plays both outer roles so a user (or a packager checking an installed
 //! binary) can watch the bridge work: a throw-away app host on a private
-//! socket, built on the same [`host::Listener`](crate::host::Listener) an app
+//! socket, built on the same `host::Listener` an app
 //! would use, answering like a tiny MCP server with one `echo` tool; and an
 //! MCP CLI, spawning this same executable as `mcp-server` exactly as a CLI's
 //! `{command, args}` declaration would, then driving a short session through
@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 use smol::channel::Sender;
 use smol::process::{ChildStdin, Command};
 
-use crate::handshake::Handshake;
-use crate::host::Listener;
+use mcp_bridge::handshake::Handshake;
+use mcp_bridge::host::Listener;
 
 /// Upper bound on each step of the demo (one reply, the bridge's exit). A
 /// local round trip takes well under a millisecond; this only turns a broken
@@ -84,41 +84,125 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     let (handshake_tx, handshake_rx) = smol::channel::bounded(1);
     let host = smol::spawn(serve_one(listener, handshake_tx));
 
-    let exe = std::env::current_exe().map_err(io_fail("cannot find this executable"))?;
-    say(
-        out,
-        format!(
-            "mcp-bridge demo: a throw-away MCP host listens on {} (owner-only; other users are kept out)",
-            socket.display()
-        ),
-    );
-    say(
-        out,
-        format!(
-            "spawning, as an MCP CLI would: {} mcp-server --endpoint {} --project {} --requester {}\n",
-            exe.display(),
-            socket.display(),
-            PROJECT,
-            REQUESTER
-        ),
-    );
     let spawned = Instant::now();
-    let mut child = Command::new(&exe)
-        .arg("mcp-server")
-        .arg("--endpoint")
-        .arg(socket)
-        .args(["--project", PROJECT, "--requester", REQUESTER])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(io_fail("cannot spawn the bridge"))?;
-    let mut stdin = take(child.stdin.take(), "stdin")?;
-    let mut lines = BufReader::new(take(child.stdout.take(), "stdout")?).lines();
+    let mut bridge = Bridge::spawn(out, socket)?;
+    expect_handshake(out, handshake_rx).await?;
+    let first_reply = run_script(out, &mut bridge).await?;
+    let first_reply = first_reply.map_or(Duration::ZERO, |at| at - spawned);
 
+    say(out, "\ncli closes the bridge's stdin");
+    let closed = Instant::now();
+    let status = bridge.close().await?;
+    let exit_took = closed.elapsed();
+    let served = within("the host to finish", host)
+        .await?
+        .map_err(io_fail("the demo host"))?;
+
+    let code = status.code().map_or_else(
+        || "none (killed by a signal)".to_string(),
+        |c| c.to_string(),
+    );
+    say(
+        out,
+        format!(
+            "bridge exited with code {}, {} after stdin closed",
+            code,
+            millis(exit_took)
+        ),
+    );
+    say(
+        out,
+        format!(
+            "host answered {} requests; spawn to first reply {}; whole session {}",
+            served,
+            millis(first_reply),
+            millis(spawned.elapsed())
+        ),
+    );
+    if !status.success() {
+        return Err(fail(format!("the bridge exited with {}", status)));
+    }
+    say(out, "demo OK");
+    Ok(())
+}
+
+/// This executable, spawned as `mcp-server` the way an MCP CLI would, with
+/// its stdin and stdout in our hands.
+struct Bridge {
+    child: smol::process::Child,
+    stdin: ChildStdin,
+    stdout: futures_lite::io::Lines<BufReader<smol::process::ChildStdout>>,
+}
+
+impl Bridge {
+    fn spawn(out: &mut dyn Write, socket: &Path) -> Result<Bridge, DemoError> {
+        let exe = std::env::current_exe().map_err(io_fail("cannot find this executable"))?;
+        say(
+            out,
+            format!(
+                "mcp-bridge demo: a throw-away MCP host listens on {} (owner-only; other users are kept out)",
+                socket.display()
+            ),
+        );
+        say(
+            out,
+            format!(
+                "spawning, as an MCP CLI would: {} mcp-server --endpoint {} --project {} --requester {}\n",
+                exe.display(),
+                socket.display(),
+                PROJECT,
+                REQUESTER
+            ),
+        );
+        let mut child = Command::new(&exe)
+            .arg("mcp-server")
+            .arg("--endpoint")
+            .arg(socket)
+            .args(["--project", PROJECT, "--requester", REQUESTER])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io_fail("cannot spawn the bridge"))?;
+        let stdin = take(child.stdin.take(), "stdin")?;
+        let stdout = BufReader::new(take(child.stdout.take(), "stdout")?).lines();
+        Ok(Bridge {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The next line the bridge relays from the host.
+    async fn reply(&mut self) -> Result<String, DemoError> {
+        match within("a reply", self.stdout.next()).await? {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(e)) => Err(fail(format!("reading the bridge's stdout: {}", e))),
+            None => Err(fail("the bridge closed stdout before replying")),
+        }
+    }
+
+    /// Closes the bridge's stdin, as a CLI does when it is done, and waits
+    /// for it to exit.
+    async fn close(self) -> Result<std::process::ExitStatus, DemoError> {
+        let Bridge {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        within("the bridge to exit", child.status())
+            .await?
+            .map_err(io_fail("waiting for the bridge"))
+    }
+}
+
+/// The host reports the handshake it received, which must be ours.
+async fn expect_handshake(
+    out: &mut dyn Write,
+    received: smol::channel::Receiver<Handshake>,
+) -> Result<(), DemoError> {
     let handshake = within("the host receiving the handshake", async {
-        handshake_rx
+        received
             .recv()
             .await
             .map_err(|_| fail("the host stopped before the handshake"))
@@ -134,13 +218,21 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     if handshake != Handshake::new(PROJECT, REQUESTER) {
         return Err(fail(format!("unexpected handshake {:?}", handshake)));
     }
+    Ok(())
+}
 
+/// Sends the script, checking each reply, and returns when the first reply
+/// arrived.
+async fn run_script(
+    out: &mut dyn Write,
+    bridge: &mut Bridge,
+) -> Result<Option<Instant>, DemoError> {
     let mut first_reply = None;
     for message in script() {
         let line = message.to_string();
         say(out, format!("cli -> {}", line));
         let sent = Instant::now();
-        send(&mut stdin, &line).await?;
+        send(&mut bridge.stdin, &line).await?;
         let id = match message.get("id") {
             Some(id) => id.clone(),
             None => {
@@ -151,53 +243,15 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
                 continue;
             }
         };
-        let reply = within("a reply", lines.next()).await?;
-        let reply = match reply {
-            Some(Ok(reply)) => reply,
-            Some(Err(e)) => return Err(fail(format!("reading the bridge's stdout: {}", e))),
-            None => return Err(fail("the bridge closed stdout before replying")),
-        };
-        let took = sent.elapsed();
-        first_reply.get_or_insert_with(|| spawned.elapsed());
-        say(out, format!("cli <- {}   ({})", reply, micros(took)));
+        let reply = bridge.reply().await?;
+        first_reply.get_or_insert_with(Instant::now);
+        say(
+            out,
+            format!("cli <- {}   ({})", reply, millis(sent.elapsed())),
+        );
         check_reply(&id, &reply)?;
     }
-
-    say(out, "\ncli closes the bridge's stdin");
-    let closed = Instant::now();
-    drop(stdin);
-    let status = within("the bridge to exit", child.status())
-        .await?
-        .map_err(io_fail("waiting for the bridge"))?;
-    let exit_took = closed.elapsed();
-    let host_result = within("the host to finish", host).await?;
-    let served = host_result.map_err(io_fail("the demo host"))?;
-
-    say(
-        out,
-        format!(
-            "bridge exited with code {}, {} after stdin closed",
-            status.code().map_or_else(
-                || "none (killed by a signal)".to_string(),
-                |c| c.to_string()
-            ),
-            micros(exit_took)
-        ),
-    );
-    say(
-        out,
-        format!(
-            "host answered {} requests; spawn to first reply {}; whole session {}",
-            served,
-            micros(first_reply.unwrap_or_default()),
-            micros(spawned.elapsed())
-        ),
-    );
-    if !status.success() {
-        return Err(fail(format!("the bridge exited with {}", status)));
-    }
-    say(out, "demo OK");
-    Ok(())
+    Ok(first_reply)
 }
 
 fn check_reply(id: &Value, reply: &str) -> Result<(), DemoError> {
@@ -247,7 +301,7 @@ fn say(out: &mut dyn Write, line: impl AsRef<str>) {
     let _ = writeln!(out, "{}", line.as_ref());
 }
 
-fn micros(d: Duration) -> String {
+fn millis(d: Duration) -> String {
     if d < Duration::from_millis(10) {
         format!("{:.2} ms", d.as_secs_f64() * 1e3)
     } else {
@@ -256,7 +310,7 @@ fn micros(d: Duration) -> String {
 }
 
 /// The demo's stand-in for the app: a tiny MCP server behind the real
-/// [`host::Listener`](crate::host::Listener). Accepts one bridge, reports its
+/// `host::Listener`. Accepts one bridge, reports its
 /// handshake, and answers until it hangs up. Returns how many requests it
 /// answered.
 async fn serve_one(listener: Listener, handshake_tx: Sender<Handshake>) -> io::Result<usize> {

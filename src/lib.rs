@@ -62,8 +62,6 @@ mod forward;
 
 pub mod app_server;
 pub mod bridge;
-pub mod cli;
-pub mod demo;
 pub mod endpoint;
 /// The FFI boundary: the only module allowed `unsafe`.
 #[allow(unsafe_code, dead_code)]
@@ -78,7 +76,126 @@ pub mod stdio;
 #[allow(dead_code)] // until every site uses it (architecture pass in progress)
 mod wait;
 
+/// One line for an error and every cause behind it, joined by `": "`: what
+/// the binary prints on stderr.
+///
+/// Every error in this crate follows one rule: its Display text describes
+/// its own layer and `source()` returns the cause (or, for a wrapper that
+/// only adds a variant, the wrapped error's cause), so no sentence appears
+/// twice in the chain.
+///
+/// ```
+/// use std::io;
+/// let e = io::Error::new(io::ErrorKind::Other, "disk on fire");
+/// assert_eq!(mcp_bridge::error_chain(&e), "disk on fire");
+/// ```
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        cause = e.source();
+    }
+    line
+}
+
 /// The README's Rust examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::io;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use crate::bridge::BridgeError;
+    use crate::endpoint::ConnectError;
+    use crate::host::BindError;
+    use crate::relay::{RelayError, Stage};
+    use crate::serve::ServeError;
+
+    fn os(kind: io::ErrorKind) -> io::Error {
+        io::Error::new(kind, format!("the OS says {:?}", kind))
+    }
+
+    fn connect(kind: io::ErrorKind) -> ConnectError {
+        ConnectError {
+            endpoint: PathBuf::from("/run/app.sock"),
+            timeout: Duration::from_secs(5),
+            source: os(kind),
+        }
+    }
+
+    /// Every public error of the crate (app_server's have their own test):
+    /// the chain printed the way the binary prints it never says one thing
+    /// twice, which is what happens when a wrapper both prints its cause and
+    /// returns it from `source()`.
+    #[test]
+    fn error_chains_never_repeat_a_sentence() {
+        use io::ErrorKind::*;
+        let mut errors: Vec<Box<dyn Error>> = Vec::new();
+        for kind in [
+            NotFound,
+            ConnectionRefused,
+            PermissionDenied,
+            InvalidInput,
+            TimedOut,
+            Other,
+        ] {
+            errors.push(Box::new(connect(kind)));
+            errors.push(Box::new(BridgeError::Connect(connect(kind))));
+            let bind = || BindError {
+                endpoint: PathBuf::from("/run/app.sock"),
+                source: os(kind),
+            };
+            errors.push(Box::new(bind()));
+            errors.push(Box::new(ServeError::Bind(bind())));
+        }
+        for stage in [
+            Stage::ReadClient,
+            Stage::WriteServer,
+            Stage::ReadServer,
+            Stage::WriteClient,
+        ] {
+            let relay = || RelayError {
+                stage,
+                source: os(Other),
+            };
+            errors.push(Box::new(relay()));
+            errors.push(Box::new(BridgeError::Relay(relay())));
+        }
+        errors.push(Box::new(BridgeError::Stdio(os(Other))));
+        errors.push(Box::new(BridgeError::Handshake {
+            endpoint: PathBuf::from("/run/app.sock"),
+            source: os(BrokenPipe),
+        }));
+        errors.push(Box::new(ServeError::Signals(os(Other))));
+        errors.push(Box::new(ServeError::Accept(os(Other))));
+        errors.push(Box::new(
+            crate::handshake::Handshake::parse(b"[]").unwrap_err(),
+        ));
+
+        for error in &errors {
+            let line = crate::error_chain(&**error);
+            let mut said: Vec<String> = Vec::new();
+            let mut layer: Option<&(dyn Error + 'static)> = Some(&**error);
+            while let Some(e) = layer {
+                let text = e.to_string();
+                for earlier in &said {
+                    assert!(
+                        !earlier.contains(&text) && !text.contains(earlier.as_str()),
+                        "'{}' is said twice in: {}",
+                        text,
+                        line
+                    );
+                }
+                said.push(text);
+                layer = e.source();
+            }
+        }
+    }
+}

@@ -1,11 +1,19 @@
-//! The `mcp-bridge` binary: parse the command line, run one command, map the
-//! outcome to an exit code. Everything else lives in the library.
+//! The `mcp-bridge` binary: parse the command line into the library's
+//! configuration types, run one command, and turn its outcome into an exit
+//! code and at most one line on stderr. The command line ([`cli`]) and the
+//! demonstration ([`demo`]) belong to the binary; everything else is the
+//! library's.
 
+mod cli;
+mod demo;
+
+use std::error::Error;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use mcp_bridge::cli::{self, Command};
-use mcp_bridge::{bridge, demo, serve};
+use cli::Command;
+use mcp_bridge::bridge::{self, BridgeError};
+use mcp_bridge::serve;
 
 /// Exit code for a command line that cannot be run.
 const USAGE: u8 = 2;
@@ -13,53 +21,73 @@ const USAGE: u8 = 2;
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     if args.is_empty() {
-        eprint!("{}", cli::usage());
+        // Not an error line: someone ran us by hand to see what we are.
+        report(&cli::usage());
         return ExitCode::from(USAGE);
     }
     let command = match cli::parse(args) {
         Ok(command) => command,
         Err(e) => {
-            eprintln!("mcp-bridge: {} (see 'mcp-bridge --help')", e);
+            report(&format!("mcp-bridge: {} (see 'mcp-bridge --help')\n", e));
             return ExitCode::from(USAGE);
         }
     };
+    match run(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let hint = hint(&*e).map_or(String::new(), |h| format!(" ({})", h));
+            report(&format!(
+                "mcp-bridge: {}{}\n",
+                mcp_bridge::error_chain(&*e),
+                hint
+            ));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one parsed command. Every failure comes back here as an error; the
+/// only output on stdout is the command's own (for `mcp-server`, relayed
+/// bytes and nothing else).
+fn run(command: Command) -> Result<(), Box<dyn Error>> {
     match command {
         Command::Help => print(&cli::usage()),
         Command::Version => print(&format!("{}\n", cli::version_line())),
-        Command::McpServer(args) => match bridge::run(&args) {
-            Ok(_) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("mcp-bridge: {}", e);
-                ExitCode::FAILURE
-            }
-        },
-        Command::Serve(args) => match serve::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("mcp-bridge: {}", e);
-                ExitCode::FAILURE
-            }
-        },
-        Command::Demo => match demo::run(&mut io::stdout()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("mcp-bridge: demo failed: {}", e);
-                ExitCode::FAILURE
-            }
-        },
+        Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
+        Command::Serve(config) => serve::run(&config).map_err(Into::into),
+        Command::Demo => demo::run(&mut io::stdout()).map_err(Into::into),
+    }
+}
+
+/// What to do about an error, in terms of this binary's options: the
+/// library's messages describe the fault, the flags are ours to name.
+fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
+    let connect = match error.downcast_ref::<BridgeError>() {
+        Some(BridgeError::Connect(e)) => e,
+        _ => return None,
+    };
+    match connect.io_error().kind() {
+        io::ErrorKind::NotFound => Some("is the app running, and is --endpoint right?"),
+        io::ErrorKind::TimedOut => Some("raise --connect-timeout if it is just slow to start"),
+        _ => None,
     }
 }
 
 /// Prints to stdout. A reader that went away (`mcp-bridge --help | head -1`)
 /// is a normal way to stop reading, not an error worth a message.
-fn print(text: &str) -> ExitCode {
+fn print(text: &str) -> Result<(), Box<dyn Error>> {
     let mut out = io::stdout();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mcp-bridge: cannot write to stdout: {}", e);
-            ExitCode::FAILURE
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write to stdout: {}", e).into())
         }
+        _ => Ok(()),
     }
+}
+
+/// Writes a diagnostic on stderr. A stderr that is closed or full of
+/// unread lines must not turn into a crash or a hang: the exit code still
+/// tells the story, so a failed write is dropped.
+fn report(text: &str) {
+    let _ = io::stderr().write_all(text.as_bytes());
 }

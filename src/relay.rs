@@ -61,11 +61,12 @@ pub enum Stage {
     WriteClient,
 }
 
-/// An I/O error that stopped the relay, with the step it happened in.
+/// An I/O error that stopped the relay, with the step it happened in. Its
+/// Display text names the step; `source()` is the I/O error.
 #[derive(Debug)]
 pub struct RelayError {
-    stage: Stage,
-    source: io::Error,
+    pub(crate) stage: Stage,
+    pub(crate) source: io::Error,
 }
 
 impl RelayError {
@@ -88,7 +89,7 @@ impl fmt::Display for RelayError {
             Stage::ReadServer => "reading from the server",
             Stage::WriteClient => "writing to the client",
         };
-        write!(f, "{} failed: {}", what, self.source)
+        write!(f, "{} failed", what)
     }
 }
 

@@ -59,13 +59,13 @@ pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writ
     }
 }
 
-/// Why [`connect`] failed. Its Display text names the endpoint, the OS
-/// reason, and what to check.
+/// Why [`connect`] failed. Its Display text names the endpoint and what
+/// that means; `source()` is the OS error behind it.
 #[derive(Debug)]
 pub struct ConnectError {
-    endpoint: PathBuf,
-    timeout: Duration,
-    source: io::Error,
+    pub(crate) endpoint: PathBuf,
+    pub(crate) timeout: Duration,
+    pub(crate) source: io::Error,
 }
 
 impl ConnectError {
@@ -82,17 +82,16 @@ impl ConnectError {
 
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let endpoint = self.endpoint.display();
-        if self.source.kind() == io::ErrorKind::TimedOut {
-            return write!(
-                f,
-                "cannot connect to '{}': no connection within {:?}; the app is busy or hung \
-                 (raise --connect-timeout if it is just slow to start)",
-                endpoint, self.timeout
-            );
-        }
-        let hint = match self.source.kind() {
-            io::ErrorKind::NotFound => "it does not exist; is the app running, and is --endpoint right?",
+        let what = match self.source.kind() {
+            io::ErrorKind::TimedOut => {
+                return write!(
+                    f,
+                    "cannot connect to '{}': no connection within {:?}; the app is busy or hung",
+                    self.endpoint.display(),
+                    self.timeout
+                )
+            }
+            io::ErrorKind::NotFound => "it does not exist",
             io::ErrorKind::ConnectionRefused => {
                 "nothing is listening there; the app may have exited and left the socket file behind"
             }
@@ -104,15 +103,20 @@ impl fmt::Display for ConnectError {
         };
         write!(
             f,
-            "cannot connect to '{}': {} ({})",
-            endpoint, hint, self.source
+            "cannot connect to '{}': {}",
+            self.endpoint.display(),
+            what
         )
     }
 }
 
 impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
+        match self.source.kind() {
+            // Made up here, with nothing to add to the text above.
+            io::ErrorKind::TimedOut => None,
+            _ => Some(&self.source),
+        }
     }
 }
 

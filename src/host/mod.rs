@@ -74,6 +74,7 @@ use smol::lock::Semaphore;
 use smol::Task;
 
 use crate::handshake::Handshake;
+use crate::wait;
 
 #[cfg(unix)]
 mod unix;
@@ -105,18 +106,40 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Bytes read per call while looking for the end of the handshake.
 const READ_CHUNK: usize = 4096;
 
+/// Settings of a [`Listener`], for [`Listener::bind_with`]. New settings
+/// are added as fields with a default, so build it from `default()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Options {
+    /// How long a peer has, from being accepted, to send its whole
+    /// handshake line. Default: [`HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
+    /// Longest handshake line accepted, final `\n` included. Default:
+    /// [`HANDSHAKE_LIMIT`].
+    pub handshake_limit: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            handshake_limit: HANDSHAKE_LIMIT,
+        }
+    }
+}
+
 /// A bound endpoint that accepts bridges. Dropping it stops accepting and
 /// removes the socket file.
 pub struct Listener {
     endpoint: PathBuf,
-    incoming: Receiver<io::Result<Connection>>,
+    ready: Receiver<io::Result<Connection>>,
     /// Removes the socket file on drop (before the accept loop below closes
     /// the socket itself, so no new peer can connect in between).
     _file: platform::SocketFile,
     /// The accept loop; dropping it cancels the loop.
     _accepting: Task<()>,
-    /// Closed on drop, which ends every handshake still being read.
-    _stop: Sender<()>,
+    /// Fires on drop, which ends every handshake still being read.
+    _stop: wait::StopOnDrop,
 }
 
 /// One accepted bridge whose handshake has been read.
@@ -144,16 +167,16 @@ pub struct Reader {
 #[derive(Debug)]
 pub struct Writer(platform::Writer);
 
-/// Why [`Listener::bind`] failed. Its Display text names the endpoint, the
-/// reason, and what to do.
+/// Why [`Listener::bind`] failed. Its Display text names the endpoint and
+/// what that means; `source()` is the OS error behind it.
 #[derive(Debug)]
 pub struct BindError {
-    endpoint: PathBuf,
-    source: io::Error,
+    pub(crate) endpoint: PathBuf,
+    pub(crate) source: io::Error,
 }
 
 /// What the platform's accept produced.
-enum Incoming {
+enum Accepted {
     /// A peer that passed the platform's checks (same user). Boxed: the
     /// streams are large, and the other variants are common under attack.
     Peer(Box<(platform::Reader, platform::Writer)>),
@@ -175,20 +198,33 @@ impl Listener {
     /// A [`BindError`] if another process is listening there, if something
     /// other than a socket is in the way, or if the OS refuses.
     pub fn bind(endpoint: impl AsRef<Path>) -> Result<Listener, BindError> {
+        Listener::bind_with(endpoint, Options::default())
+    }
+
+    /// [`Listener::bind`] with settings other than the defaults.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let mut options = mcp_bridge::host::Options::default();
+    /// options.handshake_timeout = Duration::from_secs(1);
+    /// let listener = mcp_bridge::host::Listener::bind_with("/tmp/app.sock", options)?;
+    /// # Ok::<(), mcp_bridge::host::BindError>(())
+    /// ```
+    pub fn bind_with(endpoint: impl AsRef<Path>, options: Options) -> Result<Listener, BindError> {
         let endpoint = endpoint.as_ref();
         let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
             endpoint: endpoint.to_path_buf(),
             source,
         })?;
-        let (ready, incoming) = channel::bounded(1);
-        let (stop_sender, stop) = channel::bounded(1);
-        let accepting = smol::spawn(accept_loop(acceptor, ready, stop));
+        let (ready_sender, ready) = channel::bounded(1);
+        let (stop, stopped) = wait::stop_signal();
+        let accepting = smol::spawn(accept_loop(acceptor, options, ready_sender, stopped));
         Ok(Listener {
             endpoint: endpoint.to_path_buf(),
-            incoming,
+            ready,
             _file: file,
             _accepting: accepting,
-            _stop: stop_sender,
+            _stop: stop,
         })
     }
 
@@ -203,7 +239,7 @@ impl Listener {
     /// Only if accepting itself failed for good (the listening socket is
     /// broken); the listener is then useless.
     pub async fn accept(&self) -> io::Result<Connection> {
-        match self.incoming.recv().await {
+        match self.ready.recv().await {
             Ok(result) => result,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::Other,
@@ -235,19 +271,20 @@ fn log(message: fmt::Arguments<'_>) {
 /// handshake in its own task so a slow peer holds up nobody else.
 async fn accept_loop(
     acceptor: platform::Acceptor,
+    options: Options,
     ready: Sender<io::Result<Connection>>,
-    stop: Receiver<()>,
+    stopped: wait::Stopped,
 ) {
     let pending = Arc::new(Semaphore::new(MAX_PENDING));
     loop {
         let permit = pending.acquire_arc().await;
         let (reader, writer) = match acceptor.accept().await {
-            Ok(Incoming::Peer(streams)) => *streams,
-            Ok(Incoming::Refused(why)) => {
+            Ok(Accepted::Peer(streams)) => *streams,
+            Ok(Accepted::Refused(why)) => {
                 log(format_args!("refused {}", why));
                 continue;
             }
-            Ok(Incoming::Retry(e)) => {
+            Ok(Accepted::Retry(e)) => {
                 log(format_args!("accepting a connection failed: {}", e));
                 Timer::after(RETRY_PAUSE).await;
                 continue;
@@ -259,12 +296,12 @@ async fn accept_loop(
             }
         };
         let ready = ready.clone();
-        let stop = stop.clone();
+        let stopped = stopped.clone();
         smol::spawn(async move {
-            let handshake = read_handshake(reader, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT);
+            let handshake =
+                read_handshake(reader, options.handshake_limit, options.handshake_timeout);
             let stopped = async {
-                // Nothing is ever sent: this returns when the listener drops.
-                let _ = stop.recv().await;
+                stopped.wait().await;
                 Err(HandshakeFailure::Stopped)
             };
             match future::or(handshake, stopped).await {
@@ -354,11 +391,10 @@ async fn read_handshake(
             }
         }
     };
-    let timed_out = async {
-        Timer::after(timeout).await;
-        Err(HandshakeFailure::TimedOut(timeout))
+    let (buffer, end) = match wait::timeout(timeout, reading).await {
+        Some(read) => read?,
+        None => return Err(HandshakeFailure::TimedOut(timeout)),
     };
-    let (buffer, end) = future::or(reading, timed_out).await?;
     let handshake = Handshake::parse(&buffer[..end]).map_err(HandshakeFailure::Invalid)?;
     let reader = Reader {
         early: buffer,
@@ -433,10 +469,9 @@ impl fmt::Display for BindError {
         };
         write!(
             f,
-            "cannot listen on '{}': {} ({})",
+            "cannot listen on '{}': {}",
             self.endpoint.display(),
-            hint,
-            self.source
+            hint
         )
     }
 }
@@ -444,25 +479,6 @@ impl fmt::Display for BindError {
 impl std::error::Error for BindError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.source)
-    }
-}
-
-/// SIGINT and SIGTERM (Ctrl+C on Windows), as a stream of stop requests for
-/// a long-running host such as `mcp-bridge serve`. Created before binding,
-/// so a signal that arrives at any later moment is seen, and the socket file
-/// is always cleaned up.
-pub(crate) struct StopSignals(platform::StopSignals);
-
-impl StopSignals {
-    /// Starts catching the signals: from now on they no longer end the
-    /// process, they are returned by [`StopSignals::next`].
-    pub(crate) fn new() -> io::Result<StopSignals> {
-        platform::StopSignals::new().map(StopSignals)
-    }
-
-    /// Waits for the next signal and returns its name.
-    pub(crate) async fn next(&mut self) -> &'static str {
-        self.0.next().await
     }
 }
 

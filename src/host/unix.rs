@@ -50,11 +50,10 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures_lite::StreamExt;
 use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
-use super::Incoming;
+use super::Accepted;
 
 pub(super) type Reader = UnixStream;
 pub(super) type Writer = UnixStream;
@@ -271,19 +270,19 @@ impl Drop for SocketFile {
 }
 
 impl Acceptor {
-    pub(super) async fn accept(&self) -> io::Result<Incoming> {
+    pub(super) async fn accept(&self) -> io::Result<Accepted> {
         let stream = match self.listener.accept().await {
             Ok((stream, _)) => stream,
-            Err(e) if is_transient(&e) => return Ok(Incoming::Retry(e)),
+            Err(e) if is_transient(&e) => return Ok(Accepted::Retry(e)),
             Err(e) => return Err(e),
         };
         Ok(match peer_uid(&stream) {
-            Ok(uid) if uid == self.uid => Incoming::Peer(Box::new((stream.clone(), stream))),
-            Ok(uid) => Incoming::Refused(format!(
+            Ok(uid) if uid == self.uid => Accepted::Peer(Box::new((stream.clone(), stream))),
+            Ok(uid) => Accepted::Refused(format!(
                 "a connection from uid {} (only uid {} may connect)",
                 uid, self.uid
             )),
-            Err(e) => Incoming::Refused(format!("a connection whose user cannot be told ({})", e)),
+            Err(e) => Accepted::Refused(format!("a connection whose user cannot be told ({})", e)),
         })
     }
 }
@@ -336,30 +335,6 @@ fn peer_uid(_stream: &UnixStream) -> io::Result<u32> {
         io::ErrorKind::Unsupported,
         "peer credentials are not supported on this system",
     ))
-}
-
-/// SIGINT and SIGTERM through `async-signal`: a self-pipe behind
-/// `signal-hook-registry`, read by async-io's reactor.
-pub(super) struct StopSignals(async_signal::Signals);
-
-impl StopSignals {
-    pub(super) fn new() -> io::Result<StopSignals> {
-        use async_signal::Signal;
-        async_signal::Signals::new([Signal::Int, Signal::Term]).map(StopSignals)
-    }
-
-    pub(super) async fn next(&mut self) -> &'static str {
-        loop {
-            match self.0.next().await {
-                Some(Ok(async_signal::Signal::Int)) => return "SIGINT",
-                Some(Ok(_)) => return "SIGTERM",
-                // Interrupted reads of the self-pipe: wait on.
-                Some(Err(_)) => continue,
-                // Never ends; treat an end like a request to stop.
-                None => return "the end of the signal stream",
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -19,32 +19,17 @@
 //! it, once the drop has stopped that wait, a moment later; a bind in that
 //! moment fails. A live pipe of the same name makes `bind` fail with
 //! `AddrInUse`.
-//!
-//! # Ctrl+C
-//!
-//! Windows has no SIGINT or SIGTERM. Ctrl+C and Ctrl+Break reach a console
-//! process through a handler the system calls on a thread of its own;
-//! [`StopSignals`] registers one that hands the event to whoever waits in
-//! [`StopSignals::next`], and lets the default handler (exit) run when
-//! nobody does. Closing the console window, logging off and shutting down
-//! are left to the default handler: the system ends the process anyway
-//! within seconds, so no clean shutdown could be promised. A process ended
-//! that way (or with `TerminateProcess`) runs no destructors, but its
-//! children's stdin closes with it, which is their cue to exit.
 
 use std::io;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
-use smol::channel::{self, Receiver, Sender};
 use windows_sys::Win32::Foundation::{
     ERROR_COMMITMENT_LIMIT, ERROR_NONPAGED_SYSTEM_RESOURCES, ERROR_NOT_ENOUGH_MEMORY,
     ERROR_NOT_ENOUGH_QUOTA, ERROR_NO_SYSTEM_RESOURCES, ERROR_OUTOFMEMORY,
     ERROR_PAGED_SYSTEM_RESOURCES, ERROR_TOO_MANY_OPEN_FILES,
 };
-use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, CTRL_C_EVENT};
 
-use super::Incoming;
+use super::Accepted;
 use crate::endpoint::{self, PipeListener};
 
 pub(super) type Reader = endpoint::Reader;
@@ -63,10 +48,10 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
 }
 
 impl Acceptor {
-    pub(super) async fn accept(&self) -> io::Result<Incoming> {
+    pub(super) async fn accept(&self) -> io::Result<Accepted> {
         match self.0.accept().await {
-            Ok((reader, writer)) => Ok(Incoming::Peer(Box::new((reader, writer)))),
-            Err(e) if is_transient(&e) => Ok(Incoming::Retry(e)),
+            Ok((reader, writer)) => Ok(Accepted::Peer(Box::new((reader, writer)))),
+            Err(e) if is_transient(&e) => Ok(Accepted::Retry(e)),
             Err(e) => Err(e),
         }
     }
@@ -91,74 +76,9 @@ fn is_transient(e: &io::Error) -> bool {
     }
 }
 
-/// Everyone waiting for Ctrl+C: one sender per live [`StopSignals`].
-static STOP_WAITERS: Mutex<Vec<Sender<&'static str>>> = Mutex::new(Vec::new());
-
-/// Whether [`console_ctrl`] is registered: once per process is enough.
-static REGISTERED: Mutex<bool> = Mutex::new(false);
-
-/// Ctrl+C and Ctrl+Break as stop requests.
-pub(super) struct StopSignals(Receiver<&'static str>);
-
-impl StopSignals {
-    pub(super) fn new() -> io::Result<StopSignals> {
-        let mut registered = lock(&REGISTERED);
-        if !*registered {
-            crate::ffi::windows::add_console_ctrl_handler(console_ctrl)?;
-            *registered = true;
-        }
-        // Two presses before anyone looks are one request.
-        let (sender, receiver) = channel::bounded(1);
-        lock(&STOP_WAITERS).push(sender);
-        Ok(StopSignals(receiver))
-    }
-
-    pub(super) async fn next(&mut self) -> &'static str {
-        match self.0.recv().await {
-            Ok(name) => name,
-            // Never happens: the sender stays registered while we live.
-            Err(_) => futures_lite::future::pending().await,
-        }
-    }
-}
-
-impl Drop for StopSignals {
-    fn drop(&mut self) {
-        // Closed now (not when the field drops, after this), so the retain
-        // forgets our sender, along with any other that is gone.
-        self.0.close();
-        lock(&STOP_WAITERS).retain(|sender| !sender.is_closed());
-    }
-}
-
-/// Called by the system, on a thread of its own, for each console control
-/// event. Returns TRUE (handled) for Ctrl+C and Ctrl+Break while some
-/// [`StopSignals`] waits for them; otherwise FALSE, so the default handler
-/// ends the process as if we had never registered.
-extern "system" fn console_ctrl(event: u32) -> i32 {
-    let name = match event {
-        CTRL_C_EVENT => "Ctrl+C",
-        CTRL_BREAK_EVENT => "Ctrl+Break",
-        _ => return 0,
-    };
-    let mut waiters = lock(&STOP_WAITERS);
-    waiters.retain(|sender| !sender.is_closed());
-    for sender in waiters.iter() {
-        // Full: a request is already waiting to be seen.
-        let _ = sender.try_send(name);
-    }
-    i32::from(!waiters.is_empty())
-}
-
-/// A poisoned lock only means a panic elsewhere; the data is still sound.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn transient_errors() {
@@ -169,28 +89,5 @@ mod tests {
             windows_sys::Win32::Foundation::ERROR_ACCESS_DENIED
         )));
         assert!(!is_transient(&io::Error::new(io::ErrorKind::Other, "x")));
-    }
-
-    /// The handler, called as the system would call it, wakes the waiter;
-    /// without a waiter it declines, so Ctrl+C ends the process as usual.
-    /// (Delivering a real Ctrl+C would reach every process on the test's
-    /// console, and Wine runs the tests without one.)
-    #[test]
-    fn ctrl_c_reaches_the_waiter() {
-        let mut signals = StopSignals::new().unwrap();
-        assert_eq!(console_ctrl(CTRL_C_EVENT), 1);
-        assert_eq!(console_ctrl(CTRL_C_EVENT), 1, "a second press is fine");
-        let got = smol::block_on(futures_lite::future::or(
-            async { Some(signals.next().await) },
-            async {
-                async_io::Timer::after(Duration::from_secs(5)).await;
-                None
-            },
-        ));
-        assert_eq!(got, Some("Ctrl+C"));
-        assert_eq!(console_ctrl(2), 0, "closing the console is not handled");
-        drop(signals);
-        assert!(lock(&STOP_WAITERS).is_empty(), "forgotten on drop");
-        assert_eq!(console_ctrl(CTRL_BREAK_EVENT), 0, "nobody waits any more");
     }
 }

@@ -24,8 +24,10 @@
 //! the child), and an operator watching several agents needs to know whose
 //! server said what.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Write};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,15 +36,66 @@ use std::time::Duration;
 use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use smol::channel::{self, Receiver, Sender};
-use smol::process::{ChildStderr, Command};
+use smol::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::app_server::shutdown_child;
 use crate::bridge::DRAIN_GRACE;
-use crate::cli::ServeArgs;
 use crate::handshake::Handshake;
-use crate::host::{BindError, Connection, Listener, StopSignals};
+use crate::host::{BindError, Connection, Listener};
 use crate::relay::{self, Ending};
+use crate::wait;
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+use unix as platform;
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as platform;
+
+/// How many connections are served at once unless told otherwise. Each one
+/// is a child process; this is plenty for the agents of one user, and stops
+/// a runaway client from forking without bound.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// What `serve` listens on and runs. Built by the binary from `serve`'s
+/// options, or by an embedder directly:
+///
+/// ```
+/// let config = mcp_bridge::serve::Config::new("/tmp/app.sock", "my-mcp-server", ["--stdio"]);
+/// assert_eq!(config.max_connections, mcp_bridge::serve::DEFAULT_MAX_CONNECTIONS);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Socket path (Unix) or pipe name (Windows) to listen on.
+    pub endpoint: PathBuf,
+    /// Connections served at once; more are refused. Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: usize,
+    /// The program run for each connection.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+impl Config {
+    /// Serve `program args...` on `endpoint`, every other setting at its
+    /// documented default.
+    pub fn new<A: Into<OsString>>(
+        endpoint: impl Into<PathBuf>,
+        program: impl Into<OsString>,
+        args: impl IntoIterator<Item = A>,
+    ) -> Config {
+        Config {
+            endpoint: endpoint.into(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        }
+    }
+}
 
 /// Longest stderr line copied in one piece; a longer one is split. Keeps a
 /// child that never writes a newline from growing our memory.
@@ -71,13 +124,12 @@ pub enum ServeError {
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServeError::Signals(e) => write!(
-                f,
-                "cannot catch the stop signals (SIGINT and SIGTERM; Ctrl+C on Windows): {}",
-                e
+            ServeError::Signals(_) => f.write_str(
+                "cannot catch the stop signals (SIGINT, SIGTERM, SIGHUP; Ctrl+C on Windows)",
             ),
+            // Transparent: the bind error says it all.
             ServeError::Bind(e) => e.fmt(f),
-            ServeError::Accept(e) => write!(f, "accepting connections failed: {}", e),
+            ServeError::Accept(_) => f.write_str("accepting connections failed"),
         }
     }
 }
@@ -86,43 +138,43 @@ impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ServeError::Signals(e) | ServeError::Accept(e) => Some(e),
-            ServeError::Bind(e) => Some(e),
+            ServeError::Bind(e) => e.source(),
         }
     }
 }
 
 /// Serves until SIGINT or SIGTERM, then stops every child and removes the
 /// endpoint. Blocks the calling thread; this is what `main` calls.
-pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
-    let mut signals = StopSignals::new().map_err(ServeError::Signals)?;
-    smol::block_on(serve(args, async move {
+    let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
+    smol::block_on(serve(config, async move {
         let name = signals.next().await;
         log(format_args!("{} received: shutting down", name));
     }))
 }
 
-/// Serves connections on `args.endpoint` until `stop` completes, then stops
+/// Serves connections on `config.endpoint` until `stop` completes, then stops
 /// accepting, removes the endpoint, and stops every child before returning.
 /// [`run`] calls it with SIGINT/SIGTERM as `stop`; embedders and tests can
 /// pass any future.
 pub async fn serve(
-    args: &ServeArgs,
+    config: &Config,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let listener = Listener::bind(&args.endpoint).map_err(ServeError::Bind)?;
+    let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
     log(format_args!(
         "serving {} on '{}' (at most {} connections)",
-        command_line(args),
-        args.endpoint.display(),
-        args.max_connections
+        command_line(config),
+        config.endpoint.display(),
+        config.max_connections
     ));
-    let command = Arc::new(args.clone());
-    // Closing `stop_children` tells every connection to stop; `finished`
-    // closes once every connection task has dropped its sender.
-    let (stop_children, stop_child) = channel::bounded::<()>(1);
-    let (finished_sender, finished) = channel::bounded::<()>(1);
+    let config = Arc::new(config.clone());
+    // Dropping `stop_children` tells every connection to stop; `finished`
+    // fires once every connection task has dropped its `Slot`.
+    let (stop_children, stop_child) = wait::stop_signal();
+    let (running, finished) = wait::stop_signal();
     let active = Arc::new(AtomicUsize::new(0));
     let mut next_id: u64 = 0;
 
@@ -141,23 +193,19 @@ pub async fn serve(
         next_id += 1;
         let label = Label::new(next_id, &connection.handshake);
         let open = active.load(Ordering::SeqCst);
-        if open >= args.max_connections {
+        if open >= config.max_connections {
             log(format_args!(
-                "{}: refused, {} connections already open (--max-connections {})",
-                label, open, args.max_connections
+                "{}: refused, {} connections already open (the limit is {})",
+                label, open, config.max_connections
             ));
             continue;
         }
-        let slot = Slot {
-            active: active.clone(),
-            _finished: finished_sender.clone(),
-        };
-        active.fetch_add(1, Ordering::SeqCst);
-        let command = command.clone();
+        let slot = Slot::take(&active, &running);
+        let config = config.clone();
         let stop = stop_child.clone();
         smol::spawn(async move {
             let _slot = slot;
-            serve_connection(connection, label, &command, stop).await;
+            serve_connection(connection, label, &config, stop).await;
         })
         .detach();
     };
@@ -170,17 +218,26 @@ pub async fn serve(
         log(format_args!("stopping {} running command(s)", open));
     }
     drop(stop_children);
-    drop(finished_sender);
-    // Returns (with an error) once every connection task is done.
-    let _ = finished.recv().await;
+    drop(running);
+    finished.wait().await;
     result
 }
 
-/// Held by each connection task: counts it as open, and marks it finished
-/// when dropped (however the task ends).
+/// Held by each connection task: counts it as open, and keeps `finished`
+/// from firing until dropped (however the task ends).
 struct Slot {
     active: Arc<AtomicUsize>,
-    _finished: Sender<()>,
+    _running: wait::StopOnDrop,
+}
+
+impl Slot {
+    fn take(active: &Arc<AtomicUsize>, running: &wait::StopOnDrop) -> Slot {
+        active.fetch_add(1, Ordering::SeqCst);
+        Slot {
+            active: active.clone(),
+            _running: running.clone(),
+        }
+    }
 }
 
 impl Drop for Slot {
@@ -196,93 +253,121 @@ enum Outcome {
     Stopped,
 }
 
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Relayed(Ok(Ending::ClientClosed { .. })) => {
+                f.write_str("the bridge disconnected")
+            }
+            Outcome::Relayed(Ok(Ending::ClientGone)) => f.write_str("the bridge went away"),
+            Outcome::Relayed(Ok(Ending::ServerClosed)) => {
+                f.write_str("the command closed its stdout")
+            }
+            Outcome::Relayed(Err(e)) => write!(f, "{}", crate::error_chain(e)),
+            Outcome::ChildExited => f.write_str("the command exited"),
+            Outcome::Stopped => f.write_str("serve is shutting down"),
+        }
+    }
+}
+
+/// One connection's whole life: start its child, relay until either side
+/// ends or serve stops, then stop the child and report.
 async fn serve_connection(
     connection: Connection,
     label: Label,
-    args: &ServeArgs,
-    stop: Receiver<()>,
+    config: &Config,
+    stop: wait::Stopped,
 ) {
-    let Connection {
-        handshake,
-        reader,
-        writer,
-    } = connection;
-    let mut command = Command::new(&args.program);
-    command
-        .args(&args.args)
-        .env("MCP_BRIDGE_PROJECT", &handshake.project)
-        .env("MCP_BRIDGE_REQUESTER", &handshake.requester)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let (mut child, stdin, stdout, stderr) = match start_child(&connection.handshake, config) {
+        Ok(started) => started,
         Err(e) => {
             log(format_args!(
                 "{}: cannot start {}: {}",
                 label,
-                command_line(args),
+                command_line(config),
                 e
             ));
             return;
         }
     };
-    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let (stdin, stdout, stderr) = match pipes {
-        (Some(stdin), Some(stdout), Some(stderr)) => (stdin, stdout, stderr),
-        _ => {
-            log(format_args!("{}: the command's stdio is not piped", label));
-            let _ = shutdown_child(&mut child).await;
-            return;
-        }
-    };
     log(format_args!("{}: started pid {}", label, child.id()));
     let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
+    let outcome = relay_until_end(connection, &mut child, stdin, stdout, stop).await;
+    let status = shutdown_child(&mut child).await;
+    // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
+    wait::timeout(STDERR_SETTLE, copying).await;
+    match status {
+        Ok(status) => log(format_args!(
+            "{}: ended ({}); command {}",
+            label, outcome, status
+        )),
+        Err(e) => log(format_args!(
+            "{}: ended ({}); stopping the command failed: {}",
+            label, outcome, e
+        )),
+    }
+}
 
-    let relayed =
-        async { Outcome::Relayed(relay::relay(reader, writer, stdout, stdin, DRAIN_GRACE).await) };
+/// Runs the command for one connection, its identity in the environment
+/// and every stdio piped.
+fn start_child(
+    handshake: &Handshake,
+    config: &Config,
+) -> io::Result<(Child, ChildStdin, ChildStdout, ChildStderr)> {
+    let mut child = Command::new(&config.program)
+        .args(&config.args)
+        .env("MCP_BRIDGE_PROJECT", &handshake.project)
+        .env("MCP_BRIDGE_REQUESTER", &handshake.requester)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+        (Some(stdin), Some(stdout), Some(stderr)) => Ok((child, stdin, stdout, stderr)),
+        // Cannot happen with every stdio piped; kill_on_drop cleans up.
+        _ => Err(io::Error::new(
+            io::ErrorKind::Other,
+            "the command's stdio is not piped",
+        )),
+    }
+}
+
+/// Relays the connection to the child and back until the bridge or the
+/// child ends it, or serve stops. The relay owns both ends; when this
+/// returns they are dropped, which closes the connection and the child's
+/// stdin.
+async fn relay_until_end(
+    connection: Connection,
+    child: &mut Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stop: wait::Stopped,
+) -> Outcome {
+    let relayed = async {
+        Outcome::Relayed(
+            relay::relay(
+                connection.reader,
+                connection.writer,
+                stdout,
+                stdin,
+                DRAIN_GRACE,
+            )
+            .await,
+        )
+    };
     let exited = async {
         let _ = child.status().await;
+        // Its last replies are usually already in the pipe; only a
+        // grandchild holding the pipe open needs this bound.
         Timer::after(AFTER_EXIT_GRACE).await;
         Outcome::ChildExited
     };
     let stopped = async {
-        // Nothing is ever sent: this returns when serve shuts down.
-        let _ = stop.recv().await;
+        stop.wait().await;
         Outcome::Stopped
     };
-    // The relay owns both ends; when this returns they are dropped, which
-    // closes the connection and the child's stdin.
-    let outcome = future::or(relayed, future::or(exited, stopped)).await;
-    let why = match outcome {
-        Outcome::Relayed(Ok(Ending::ClientClosed { .. })) => "the bridge disconnected".to_string(),
-        Outcome::Relayed(Ok(Ending::ClientGone)) => "the bridge went away".to_string(),
-        Outcome::Relayed(Ok(Ending::ServerClosed)) => "the command closed its stdout".to_string(),
-        Outcome::Relayed(Err(e)) => format!("relaying failed: {}", e),
-        Outcome::ChildExited => "the command exited".to_string(),
-        Outcome::Stopped => "serve is shutting down".to_string(),
-    };
-    let status = shutdown_child(&mut child).await;
-    future::or(
-        async {
-            copying.await;
-        },
-        async {
-            Timer::after(STDERR_SETTLE).await;
-        },
-    )
-    .await;
-    match status {
-        Ok(status) => log(format_args!(
-            "{}: ended ({}); command {}",
-            label, why, status
-        )),
-        Err(e) => log(format_args!(
-            "{}: ended ({}); stopping the command failed: {}",
-            label, why, e
-        )),
-    }
+    future::or(relayed, future::or(exited, stopped)).await
 }
 
 /// Copies the child's stderr to ours, one whole line at a time behind
@@ -351,9 +436,9 @@ impl fmt::Display for Label {
     }
 }
 
-fn command_line(args: &ServeArgs) -> String {
-    let mut line = format!("'{}'", args.program.to_string_lossy());
-    for arg in &args.args {
+fn command_line(config: &Config) -> String {
+    let mut line = format!("'{}'", config.program.to_string_lossy());
+    for arg in &config.args {
         line.push_str(" '");
         line.push_str(&arg.to_string_lossy());
         line.push('\'');
@@ -368,17 +453,11 @@ fn log(message: fmt::Arguments<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsString;
 
     #[test]
     fn command_line_quotes_each_word() {
-        let args = ServeArgs {
-            endpoint: "/x".into(),
-            max_connections: 1,
-            program: OsString::from("sh"),
-            args: vec![OsString::from("-c"), OsString::from("exec cat")],
-        };
-        assert_eq!(command_line(&args), "'sh' '-c' 'exec cat'");
+        let config = Config::new("/x", "sh", ["-c", "exec cat"]);
+        assert_eq!(command_line(&config), "'sh' '-c' 'exec cat'");
     }
 
     #[test]
