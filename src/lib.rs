@@ -73,7 +73,6 @@ mod readiness;
 pub mod relay;
 pub mod serve;
 pub mod stdio;
-#[allow(dead_code)] // until every site uses it (architecture pass in progress)
 mod wait;
 
 /// One line for an error and every cause behind it, joined by `": "`: what

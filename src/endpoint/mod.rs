@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_io::Timer;
-use futures_lite::future;
+
+use crate::wait;
 
 #[cfg(unix)]
 mod unix;
@@ -45,11 +46,10 @@ pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writ
             };
         }
     };
-    let timed_out = async {
-        Timer::after(timeout).await;
-        Err(io::ErrorKind::TimedOut.into())
-    };
-    match future::or(attempt, timed_out).await {
+    let connected = wait::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into()));
+    match connected {
         Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
         Err(source) => Err(ConnectError {
             endpoint: endpoint.to_path_buf(),
