@@ -21,6 +21,8 @@ use crate::wait;
 mod unix;
 #[cfg(unix)]
 use unix as platform;
+#[cfg(unix)]
+pub(crate) use unix::MAX_PATH_BYTES;
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]

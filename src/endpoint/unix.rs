@@ -42,11 +42,13 @@ pub(super) struct Writer {
     socket: Arc<Async<UnixStream>>,
 }
 
-/// Room for a path in `sockaddr_un.sun_path`, less its terminating NUL.
+/// Room for a path in `sockaddr_un.sun_path`, less its terminating NUL: the
+/// one limit both sides use, so `serve` never binds a path the bridge would
+/// then refuse.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-const MAX_PATH_BYTES: usize = 107;
+pub(crate) const MAX_PATH_BYTES: usize = 107;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-const MAX_PATH_BYTES: usize = 103;
+pub(crate) const MAX_PATH_BYTES: usize = 103;
 
 /// A new non-blocking, close-on-exec Unix stream socket.
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
