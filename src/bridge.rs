@@ -7,14 +7,18 @@
 //! carries relayed bytes only, so every diagnostic is returned as a
 //! [`BridgeError`] for the caller to print on stderr.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Duration;
 
+use async_io::Timer;
+use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::endpoint::{self, ConnectError};
+use crate::endpoint::{self, ConnectError, ServerUser};
 use crate::handshake::Handshake;
 use crate::relay::{self, Ending, RelayError, Stage};
 use crate::stdio;
@@ -59,6 +63,10 @@ pub struct Config {
     /// How long replies are still relayed after stdin closes. Default:
     /// [`DRAIN_GRACE`].
     pub drain_grace: Duration,
+    /// A user besides our own (and root, on Unix) whose server is trusted
+    /// at the endpoint, for an app that serves from another account on
+    /// purpose. Default: none. See [`endpoint::verify_server`].
+    pub trusted_server: Option<ServerUser>,
 }
 
 impl Config {
@@ -70,6 +78,7 @@ impl Config {
             handshake: Handshake::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drain_grace: DRAIN_GRACE,
+            trusted_server: None,
         }
     }
 }
@@ -94,6 +103,14 @@ pub enum BridgeError {
     },
     /// Relaying failed with an I/O error that is not a normal hang-up.
     Relay(RelayError),
+    /// The app closed the connection without answering anything, or after
+    /// nothing but a refusal line (a JSON-RPC error with `"id":null`).
+    Refused {
+        /// The endpoint that refused us.
+        endpoint: PathBuf,
+        /// The refusal line's `error.message`, if the app sent one.
+        reason: Option<String>,
+    },
 }
 
 impl fmt::Display for BridgeError {
@@ -106,6 +123,24 @@ impl fmt::Display for BridgeError {
                 f,
                 "connected to '{}' but could not send the handshake",
                 endpoint.display(),
+            ),
+            BridgeError::Refused {
+                endpoint,
+                reason: Some(reason),
+            } => write!(
+                f,
+                "the app at '{}' refused this client: {}",
+                endpoint.display(),
+                reason
+            ),
+            BridgeError::Refused {
+                endpoint,
+                reason: None,
+            } => write!(
+                f,
+                "the app at '{}' closed the connection before answering anything: it refused \
+                 this client (its log may say why)",
+                endpoint.display()
             ),
             BridgeError::Relay(e) => f.write_str(match e.stage() {
                 Stage::ReadClient => "reading stdin failed",
@@ -125,21 +160,36 @@ impl std::error::Error for BridgeError {
             BridgeError::Connect(e) => e.source(),
             BridgeError::Handshake { source, .. } => Some(source),
             BridgeError::Relay(e) => Some(e.io_error()),
+            BridgeError::Refused { .. } => None,
         }
     }
 }
 
 /// Runs the bridge on this process's stdin and stdout until the relay ends.
 /// Blocks the calling thread; this is what the binary's `mcp-server` calls.
+///
+/// Beyond [`bridge`], it watches the far ends of stdio (see
+/// [`stdio::watch_hangups`]): when stdout's reader goes away the bridge
+/// ends at once, as nobody is left to answer; when stdin's writers go away
+/// while the app has stopped reading, the drain grace starts anyway.
 pub fn run(config: &Config) -> Result<Ending, BridgeError> {
     let stdin = stdio::stdin().map_err(BridgeError::Stdio)?;
     let stdout = stdio::stdout().map_err(BridgeError::Stdio)?;
-    smol::block_on(bridge(config, stdin, stdout))
+    let hangups = stdio::watch_hangups();
+    smol::block_on(async {
+        let session = session(config, stdin, stdout, Some(&hangups));
+        let gone = async {
+            hangups.output_gone().await;
+            Ok(Ending::ClientGone)
+        };
+        future::or(gone, session).await
+    })
 }
 
-/// Connects to `config.endpoint`, sends the handshake, and relays between
-/// the given client streams and the connection. [`run`] calls it with the
-/// real stdio; tests and embedders can pass anything else.
+/// Connects to `config.endpoint`, checks who serves it, sends the
+/// handshake, and relays between the given client streams and the
+/// connection. [`run`] calls it with the real stdio; tests and embedders
+/// can pass anything else.
 pub async fn bridge<R, W>(
     config: &Config,
     client_in: R,
@@ -149,8 +199,23 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    session(config, client_in, client_out, None).await
+}
+
+async fn session<R, W>(
+    config: &Config,
+    client_in: R,
+    client_out: W,
+    hangups: Option<&stdio::Hangups>,
+) -> Result<Ending, BridgeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let (reader, mut writer) = endpoint::connect(&config.endpoint, config.connect_timeout)
         .await
+        .map_err(BridgeError::Connect)?;
+    endpoint::verify_server(&config.endpoint, &reader, config.trusted_server.as_ref())
         .map_err(BridgeError::Connect)?;
     let line = config.handshake.to_line();
     let sent = async {
@@ -161,7 +226,106 @@ where
         endpoint: config.endpoint.clone(),
         source,
     })?;
-    relay::relay(client_in, client_out, reader, writer, config.drain_grace)
+
+    let (reader, first_line) = FirstLine::watch(reader);
+    let relayed = relay::relay(client_in, client_out, reader, writer, config.drain_grace);
+    // stdin's writers gone while the relay cannot read it (blocked sending
+    // to an app that stopped reading): the drain grace starts all the same.
+    let input_closed = async {
+        match hangups {
+            Some(hangups) => hangups.input_closed().await,
+            None => future::pending().await,
+        }
+        Timer::after(config.drain_grace).await;
+        Ok(Ending::ClientClosed { drained: false })
+    };
+    let ending = future::or(relayed, input_closed)
         .await
-        .map_err(BridgeError::Relay)
+        .map_err(BridgeError::Relay)?;
+    if ending == Ending::ServerClosed {
+        if let Some(reason) = first_line.refusal() {
+            return Err(BridgeError::Refused {
+                endpoint: config.endpoint.clone(),
+                reason,
+            });
+        }
+    }
+    Ok(ending)
+}
+
+/// The start of what the app sent, kept to tell a refusal from a session
+/// that ended: nothing at all, or a first line that is a JSON-RPC error
+/// with `"id":null` (how `serve` and other hosts say no). Bytes pass
+/// through untouched and at once; only the first line (at most
+/// [`FIRST_LINE_LIMIT`] bytes) is copied aside.
+struct FirstLine<R> {
+    inner: R,
+    seen: Rc<RefCell<Vec<u8>>>,
+}
+
+/// The most of the app's first line kept for [`FirstLine`]; a refusal line
+/// is far shorter.
+const FIRST_LINE_LIMIT: usize = 4096;
+
+/// What [`FirstLine`] saw, readable after the relay has consumed the stream.
+struct FirstLineSeen(Rc<RefCell<Vec<u8>>>);
+
+impl<R: AsyncRead + Unpin> FirstLine<R> {
+    fn watch(inner: R) -> (FirstLine<R>, FirstLineSeen) {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        (
+            FirstLine {
+                inner,
+                seen: seen.clone(),
+            },
+            FirstLineSeen(seen),
+        )
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for FirstLine<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = poll {
+            let mut seen = this.seen.borrow_mut();
+            let complete = seen.last() == Some(&b'\n') || seen.len() >= FIRST_LINE_LIMIT;
+            if !complete {
+                let room = FIRST_LINE_LIMIT - seen.len();
+                let chunk = &buf[..n.min(room)];
+                let end = chunk
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(chunk.len(), |i| i + 1);
+                seen.extend_from_slice(&chunk[..end]);
+            }
+        }
+        poll
+    }
+}
+
+impl FirstLineSeen {
+    /// `Some` if the app refused us: `Some(None)` for a silent close,
+    /// `Some(Some(message))` for a refusal line.
+    fn refusal(&self) -> Option<Option<String>> {
+        let seen = self.0.borrow();
+        if seen.is_empty() {
+            return Some(None);
+        }
+        let line: serde_json::Value = serde_json::from_slice(&seen).ok()?;
+        if !line.get("id")?.is_null() {
+            return None;
+        }
+        let message = line.get("error")?.get("message");
+        Some(Some(
+            message
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("(no reason given)")
+                .to_string(),
+        ))
+    }
 }

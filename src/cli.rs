@@ -15,6 +15,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use mcp_bridge::endpoint::ServerUser;
 use mcp_bridge::{bridge, serve};
 
 /// Largest `--max-connections` accepted: beyond it, the process and file
@@ -113,6 +114,7 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     let mut project = None;
     let mut requester = None;
     let mut connect_timeout = None;
+    let mut trusted_server = None;
     while let Some(arg) = args.next()? {
         let name = match arg {
             Arg::Option(name) => name,
@@ -123,6 +125,7 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
+            "--trust-server-user" => once(&mut trusted_server, &name, args.server_user(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
@@ -133,6 +136,7 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     if let Some(timeout) = connect_timeout {
         config.connect_timeout = timeout;
     }
+    config.trusted_server = trusted_server;
     Ok(Command::Bridge(config))
 }
 
@@ -275,6 +279,14 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
         Ok(Duration::from_secs_f64(seconds))
     }
 
+    /// A uid (Unix) or SID (Windows).
+    fn server_user(&mut self, name: &str) -> Result<ServerUser, UsageError> {
+        let value = self.utf8(name)?;
+        value
+            .parse()
+            .map_err(|e| UsageError(format!("'{}': {}", name, e)))
+    }
+
     /// A whole number from 1 to [`MAX_MAX_CONNECTIONS`].
     fn count(&mut self, name: &str) -> Result<usize, UsageError> {
         let value = self.value(name)?;
@@ -390,6 +402,8 @@ mod tests {
         (&["mcp-server", "--help=yes"], "unexpected value 'yes'"),
         (&["mcp-server", "--endpoint=/x", "--connect-timeout", "soon"], "'--connect-timeout' expects a number of seconds, got 'soon'"),
         (&["mcp-server", "--endpoint=/x", "--connect-timeout=0"], "'--connect-timeout' must be more than 0 and at most 86400 seconds, got '0'"),
+        (&["mcp-server", "--endpoint=/x", "--trust-server-user"], "option '--trust-server-user' needs a value"),
+        (&["mcp-server", "--endpoint=/x", "--trust-server-user=1", "--trust-server-user=2"], "option '--trust-server-user' given more than once"),
         (&["serve", "--", "cat"], "missing required option '--endpoint <PATH>'"),
         (&["serve", "--endpoint=", "--", "cat"], "option '--endpoint' must not be empty"),
         (&["serve", "--endpoint", "/x"], "missing the command to serve"),
@@ -445,6 +459,19 @@ mod tests {
         assert_eq!(inline.handshake.project, "p=1", "only the first '=' splits");
         assert_eq!(inline.handshake.requester, "");
         assert_eq!(inline.connect_timeout, Duration::from_secs(3));
+
+        #[cfg(unix)]
+        assert_eq!(
+            bridge(&["--endpoint=/x", "--trust-server-user", "1000"]).trusted_server,
+            Some("1000".parse().unwrap())
+        );
+        #[cfg(unix)]
+        assert!(
+            parse_strs(&["mcp-server", "--endpoint=/x", "--trust-server-user=bob"])
+                .unwrap_err()
+                .to_string()
+                .contains("not a uid")
+        );
 
         let dashed = bridge(&["--endpoint", "/x", "--project", "-p"]);
         assert_eq!(
@@ -518,7 +545,7 @@ mod tests {
     fn usage_mentions_every_option_and_exit_code() {
         let text = usage();
         #[rustfmt::skip]
-        let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections",
+        let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user",
             "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER"];
         for needle in needles {
             assert!(text.contains(needle), "usage lacks {}", needle);

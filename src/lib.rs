@@ -126,6 +126,7 @@ mod tests {
             endpoint: PathBuf::from("/run/app.sock"),
             timeout: Duration::from_secs(5),
             source: os(kind),
+            fault: crate::endpoint::Fault::Io,
         }
     }
 
@@ -147,6 +148,15 @@ mod tests {
         ] {
             errors.push(Box::new(connect(kind)));
             errors.push(Box::new(BridgeError::Connect(connect(kind))));
+            let mut untrusted = connect(kind);
+            untrusted.fault = crate::endpoint::Fault::Untrusted {
+                server: "uid 65534".into(),
+                me: "uid 0".into(),
+            };
+            errors.push(Box::new(untrusted));
+            let mut unidentified = connect(kind);
+            unidentified.fault = crate::endpoint::Fault::Unidentified;
+            errors.push(Box::new(unidentified));
             let bind = || BindError {
                 endpoint: PathBuf::from("/run/app.sock"),
                 source: os(kind),

@@ -192,7 +192,11 @@ fn end_to_end_with_handshake() {
 fn handshake_escapes_identity() {
     let dir = TempDir::new("escape", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
-    let (handshake, host) = host(listener, |_, _| {});
+    // The host reads to the bridge's EOF: closing before that, with
+    // nothing said, would be a refusal.
+    let (handshake, host) = host(listener, |mut reader, _| {
+        std::io::copy(&mut reader, &mut std::io::sink()).unwrap();
+    });
     let mut child = bridge(
         &dir.socket(),
         &["--project=a\"b\\c", "--requester", "agent\nété"],

@@ -54,21 +54,100 @@ pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writ
         .unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into()));
     match connected {
         Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
-        Err(source) => Err(ConnectError {
-            endpoint: endpoint.to_path_buf(),
-            timeout,
-            source,
-        }),
+        Err(source) => {
+            let refused = source.kind() == io::ErrorKind::ConnectionRefused;
+            let fault = match platform::not_a_socket(endpoint) {
+                Some(what) if refused => Fault::NotASocket(what),
+                _ => Fault::Io,
+            };
+            Err(ConnectError {
+                endpoint: endpoint.to_path_buf(),
+                timeout,
+                source,
+                fault,
+            })
+        }
     }
 }
 
-/// Why [`connect`] failed. Its Display text names the endpoint and what
-/// that means; `source()` is the OS error behind it.
+/// The user an app's endpoint may be served by, besides the defaults: a uid
+/// on Unix (`"1000"`), a SID on Windows (`"S-1-5-18"`). Parse it with
+/// `str::parse`; see [`verify_server`] for what is trusted without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUser(platform::Principal);
+
+impl std::str::FromStr for ServerUser {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ServerUser, String> {
+        platform::parse_principal(text).map(ServerUser)
+    }
+}
+
+impl fmt::Display for ServerUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&platform::describe(&self.0))
+    }
+}
+
+/// Checks who serves a connection before anything is sent on it: the
+/// bridge is about to hand over the agent's identity and its whole MCP
+/// traffic, and relay whatever comes back as tool results.
+///
+/// Trusted are: our own user, root on Unix (it can read our traffic
+/// anyway), and `also` if given. Anyone else who got to the endpoint first
+/// (a socket path in a directory others can write, a squatted Windows pipe
+/// name) is refused with a [`ConnectError`] that names both users.
+pub fn verify_server(
+    endpoint: &Path,
+    reader: &Reader,
+    also: Option<&ServerUser>,
+) -> Result<(), ConnectError> {
+    let refuse = |fault: Fault, source: io::Error| ConnectError {
+        endpoint: endpoint.to_path_buf(),
+        timeout: Duration::ZERO,
+        source,
+        fault,
+    };
+    let server =
+        platform::server_principal(&reader.0).map_err(|e| refuse(Fault::Unidentified, e))?;
+    let me = platform::own_principal().map_err(|e| refuse(Fault::Unidentified, e))?;
+    let trusted =
+        platform::trusted_by_default(&server, &me) || also.map_or(false, |u| u.0 == server);
+    if trusted {
+        return Ok(());
+    }
+    Err(refuse(
+        Fault::Untrusted {
+            server: platform::describe(&server),
+            me: platform::describe(&me),
+        },
+        io::ErrorKind::PermissionDenied.into(),
+    ))
+}
+
+/// Why [`connect`] or [`verify_server`] failed. Its Display text names the
+/// endpoint and what that means; `source()` is the OS error behind it,
+/// where there is one.
 #[derive(Debug)]
 pub struct ConnectError {
     pub(crate) endpoint: PathBuf,
     pub(crate) timeout: Duration,
     pub(crate) source: io::Error,
+    pub(crate) fault: Fault,
+}
+
+/// What [`ConnectError`] says beyond its OS error.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// The OS error says it all.
+    Io,
+    /// The path refused the connection because it is this, not a socket.
+    NotASocket(&'static str),
+    /// Who serves the endpoint could not be told (the OS error says why).
+    Unidentified,
+    /// Served by another user.
+    Untrusted { server: String, me: String },
 }
 
 impl ConnectError {
@@ -77,47 +156,67 @@ impl ConnectError {
         &self.endpoint
     }
 
-    /// The underlying OS error (`TimedOut` when the timeout ran out).
+    /// The underlying OS error (`TimedOut` when the timeout ran out,
+    /// `PermissionDenied` when the server's user is not trusted).
     pub fn io_error(&self) -> &io::Error {
         &self.source
+    }
+
+    /// Whether the endpoint is served by a user the bridge does not trust.
+    pub fn is_untrusted_server(&self) -> bool {
+        matches!(self.fault, Fault::Untrusted { .. })
     }
 }
 
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.source.kind() {
-            io::ErrorKind::TimedOut => {
+        let endpoint = self.endpoint.display();
+        let what = match &self.fault {
+            Fault::Untrusted { server, me } => {
                 return write!(
                     f,
-                    "cannot connect to '{}': no connection within {:?}; the app is busy or hung",
-                    self.endpoint.display(),
-                    self.timeout
+                    "the endpoint '{}' is served by {}, not by you ({}): refusing to connect",
+                    endpoint, server, me
                 )
             }
-            io::ErrorKind::NotFound => "it does not exist",
-            io::ErrorKind::ConnectionRefused => {
-                "nothing is listening there; the app may have exited and left the socket file behind"
+            Fault::Unidentified => {
+                return write!(
+                    f,
+                    "cannot tell who serves the endpoint '{}': refusing to connect",
+                    endpoint
+                )
             }
-            io::ErrorKind::PermissionDenied => {
-                "permission denied; the endpoint or a directory above it belongs to another user"
+            Fault::NotASocket(what) => {
+                return write!(f, "cannot connect to '{}': it is {}, not a socket", endpoint, what)
             }
-            io::ErrorKind::InvalidInput => "the path is too long or otherwise not a valid endpoint",
-            _ => "the endpoint could not be opened",
+            Fault::Io => match self.source.kind() {
+                io::ErrorKind::TimedOut => {
+                    return write!(
+                        f,
+                        "cannot connect to '{}': no connection within {:?}; the app is busy or hung",
+                        endpoint, self.timeout
+                    )
+                }
+                io::ErrorKind::NotFound => "it does not exist",
+                io::ErrorKind::ConnectionRefused => {
+                    "nothing is listening there; the app may have exited and left the socket file behind"
+                }
+                io::ErrorKind::PermissionDenied => {
+                    "permission denied; the endpoint or a directory above it belongs to another user"
+                }
+                io::ErrorKind::InvalidInput => "the path is too long or otherwise not a valid endpoint",
+                _ => "the endpoint could not be opened",
+            },
         };
-        write!(
-            f,
-            "cannot connect to '{}': {}",
-            self.endpoint.display(),
-            what
-        )
+        write!(f, "cannot connect to '{}': {}", endpoint, what)
     }
 }
 
 impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self.source.kind() {
+        match (&self.fault, self.source.kind()) {
             // Made up here, with nothing to add to the text above.
-            io::ErrorKind::TimedOut => None,
+            (Fault::Untrusted { .. }, _) | (_, io::ErrorKind::TimedOut) => None,
             _ => Some(&self.source),
         }
     }

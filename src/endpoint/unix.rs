@@ -142,3 +142,95 @@ impl AsyncWrite for Writer {
         Poll::Ready(self.socket.get_ref().shutdown(Shutdown::Write))
     }
 }
+
+/// Who serves an endpoint: the uid of the process that listens on it.
+pub(super) type Principal = u32;
+
+/// The uid of the process at the other end of a connected Unix socket, as
+/// the kernel recorded it (`SO_PEERCRED` on Linux, `getpeereid` on the BSDs
+/// and macOS): for a client, the process that called `listen`. The kernel's
+/// word, so the server cannot lie about it.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
+}
+
+#[cfg(any(
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "dragonfly"
+))]
+pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    use std::os::unix::io::AsFd;
+    crate::ffi::unix::peer_uid(stream.as_fd())
+}
+
+/// No known way to ask: the caller refuses rather than trusts.
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "dragonfly"
+)))]
+pub(crate) fn peer_uid(_stream: &UnixStream) -> io::Result<u32> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "peer credentials are not supported on this system",
+    ))
+}
+
+/// The uid serving the connection `reader` belongs to.
+pub(super) fn server_principal(reader: &Reader) -> io::Result<Principal> {
+    peer_uid(reader.socket.get_ref())
+}
+
+/// The uid this process acts as (its effective uid, which is what a
+/// server's peer credentials are compared in).
+pub(super) fn own_principal() -> io::Result<Principal> {
+    Ok(rustix::process::geteuid().as_raw())
+}
+
+/// A uid given by the user, as a decimal number.
+pub(super) fn parse_principal(text: &str) -> Result<Principal, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{}' is not a uid (a whole number such as 1000)", text))
+}
+
+/// Without an explicit choice, a server is trusted when it runs as our own
+/// user or as root: root can read our traffic anyway, and system-wide apps
+/// run as root.
+pub(super) fn trusted_by_default(server: &Principal, me: &Principal) -> bool {
+    server == me || *server == 0
+}
+
+/// What a path that refused a connection is, when it is not a socket: a
+/// better answer than "nothing is listening there" for a regular file, a
+/// directory or a FIFO someone passed as the endpoint.
+pub(super) fn not_a_socket(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::metadata(path).ok()?.file_type();
+    if kind.is_socket() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if kind.is_file() {
+        Some("a regular file")
+    } else {
+        Some("a device or other special file")
+    }
+}
+
+/// How a principal is named in messages.
+pub(super) fn describe(principal: &Principal) -> String {
+    format!("uid {}", principal)
+}

@@ -39,3 +39,47 @@ pub fn stdout() -> io::Result<Stdout> {
 
 forward_async_read!(Stdin);
 forward_async_write!(Stdout);
+
+/// How the far ends of this process's stdio go away, noticed without
+/// reading or writing them: see [`watch_hangups`].
+#[derive(Debug)]
+pub struct Hangups {
+    input: smol::channel::Receiver<()>,
+    output: smol::channel::Receiver<()>,
+}
+
+impl Hangups {
+    /// Completes when every writer of stdin has gone, even if bytes they
+    /// wrote are still waiting to be read. Never completes where this
+    /// cannot be told (Windows, a terminal that stays open).
+    pub async fn input_closed(&self) {
+        fired(&self.input).await
+    }
+
+    /// Completes when stdout's reader has gone: nothing written from now
+    /// on can be received. Never completes where this cannot be told.
+    pub async fn output_gone(&self) {
+        fired(&self.output).await
+    }
+}
+
+async fn fired(event: &smol::channel::Receiver<()>) {
+    if event.recv().await.is_err() {
+        // The watcher could not run: the event will never be seen.
+        futures_lite::future::pending::<()>().await
+    }
+}
+
+/// Starts watching the far ends of stdin and stdout.
+///
+/// Why watch at all: the relay notices a closed stdin only by reading it to
+/// the end, and a gone stdout reader only by writing to it. While a write
+/// to the app is blocked (an app that stopped reading) neither happens, and
+/// a bridge whose CLI has died would live for ever. Watching costs one
+/// thread blocked in `poll(2)` with no wake-ups until an end goes away.
+pub fn watch_hangups() -> Hangups {
+    let (input_closed, input) = smol::channel::bounded(1);
+    let (output_gone, output) = smol::channel::bounded(1);
+    platform::watch_hangups(input_closed, output_gone);
+    Hangups { input, output }
+}

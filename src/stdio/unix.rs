@@ -199,3 +199,66 @@ impl AsyncWrite for Stdio {
         }
     }
 }
+
+/// Watches fds 0 and 1 from a thread of their own, blocked in `poll(2)`
+/// asking for no event at all: the kernel still reports `POLLHUP` (a pipe
+/// whose writers have all gone, even with data left in it; a socket closed
+/// both ways) and `POLLERR` (a pipe whose reader has gone), so the thread
+/// sleeps until an end goes away. On a socket stdin, `POLLRDHUP` (Linux) is
+/// asked for too: the peer's shutdown of its writing side is the socket's
+/// "every writer has gone". Each event is sent once, then its descriptor is
+/// left out of the poll, which would otherwise return at once for ever.
+pub(super) fn watch_hangups(
+    input_closed: smol::channel::Sender<()>,
+    output_gone: smol::channel::Sender<()>,
+) {
+    use rustix::event::{PollFd, PollFlags};
+
+    let input_flags = match rustix::fs::fstat(io::stdin().as_fd()) {
+        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Socket => rdhup(),
+        _ => PollFlags::empty(),
+    };
+    let watching = std::thread::Builder::new()
+        .name("stdio-hangups".into())
+        .spawn(move || {
+            let stdin = io::stdin();
+            let stdout = io::stdout();
+            let mut input = Some(input_closed);
+            let mut output = Some(output_gone);
+            while input.is_some() || output.is_some() {
+                let mut fds = Vec::with_capacity(2);
+                if input.is_some() {
+                    fds.push(PollFd::new(&stdin, input_flags));
+                }
+                if output.is_some() {
+                    fds.push(PollFd::new(&stdout, PollFlags::empty()));
+                }
+                match rustix::event::poll(&mut fds, None) {
+                    Ok(_) => {}
+                    Err(Errno::INTR) => continue,
+                    // Cannot watch: drop the senders, so nothing ever fires.
+                    Err(_) => return,
+                }
+                let ended: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+                let mut ended = ended.into_iter();
+                if input.is_some() && ended.next() == Some(true) {
+                    let _ = input.take().map(|s| s.try_send(()));
+                }
+                if output.is_some() && ended.next() == Some(true) {
+                    let _ = output.take().map(|s| s.try_send(()));
+                }
+            }
+        });
+    // No thread (out of resources): nothing is watched, as on Windows.
+    drop(watching);
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn rdhup() -> rustix::event::PollFlags {
+    rustix::event::PollFlags::RDHUP
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn rdhup() -> rustix::event::PollFlags {
+    rustix::event::PollFlags::empty()
+}

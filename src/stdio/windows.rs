@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io;
 use std::os::windows::io::AsHandle;
 
+use smol::channel::Sender;
 use smol::Unblock;
 
 use crate::relay::BUFFER_SIZE;
@@ -36,3 +37,8 @@ pub(super) fn stdout() -> io::Result<Output> {
     let handle = io::stdout().as_handle().try_clone_to_owned()?;
     Ok(Unblock::with_capacity(BUFFER_SIZE, File::from(handle)))
 }
+
+/// Not watched on Windows: anonymous pipes have no readiness to wait on
+/// without reading or writing, so the senders are dropped and the events
+/// never fire; the relay still sees both ends go when it next uses them.
+pub(super) fn watch_hangups(_input_closed: Sender<()>, _output_gone: Sender<()>) {}
