@@ -11,36 +11,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=lib.sh
+. .ci/lib.sh
+
 TARGET=x86_64-pc-windows-gnu
 
-step() { printf '\n==> %s\n' "$*"; }
-
-need_debian_packages() {
-    local missing=()
-    for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        step "installing Debian packages: ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    fi
-}
-
 need_debian_packages rustc cargo rust-clippy libstd-rust-dev-windows gcc-mingw-w64-x86-64 wine wine64
-
-# Runs a command with Debian's cargo (1.65) and rustc (1.63), ahead of any
-# rustup toolchain. Debian's cargo defaults to the git index, which may be
-# unreachable; the two variables on the second line make it use the sparse
-# index instead. Its own target directory keeps its artifacts apart from
-# rustup's (the same one the MSRV step of .ci/run uses: same toolchain, so
-# host-side build scripts are built once).
-debian() {
-    PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc CARGO=/usr/bin/cargo \
-        __CARGO_TEST_CHANNEL_OVERRIDE_DO_NOT_USE_THIS=nightly CARGO_UNSTABLE_SPARSE_REGISTRY=true \
-        CARGO_TARGET_DIR=target/debian-1.63 \
-        "$@"
-}
 
 # A private, throw-away Wine prefix (about 700 MB), quiet, without the Mono
 # and Gecko installers it would otherwise offer.

@@ -13,10 +13,16 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{TempDir, BIN};
+use support::{TempDir, BIN, HANG_GUARD};
 
+/// The bridge under test, set up as `mcp-server` against `endpoint`.
 fn bridge(endpoint: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
+    as_mcp_server(Command::new(BIN), endpoint, extra)
+}
+
+/// `command` (a bridge binary, perhaps run as another user) set up as
+/// `mcp-server` against `endpoint`, every stdio piped.
+fn as_mcp_server(mut command: Command, endpoint: &Path, extra: &[&str]) -> Command {
     command
         .arg("mcp-server")
         .arg("--endpoint")
@@ -34,20 +40,16 @@ fn spawn_bridge(endpoint: &Path) -> Child {
         .expect("spawn mcp-bridge")
 }
 
-/// How long a test waits for a bridge that should exit before calling it
-/// hung. Only a guard against hanging the suite: a test that expects a
-/// prompt exit says so with a bound of its own. Generous, because a loaded
-/// 2-core CI machine can starve a freshly spawned process for seconds.
-const HANG_GUARD: Duration = Duration::from_secs(30);
-
-/// Waits for `child` to exit, killing it and failing the test after `limit`.
-fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+/// Waits for `child` to exit, killing it and failing the test (with its
+/// stderr) after [`HANG_GUARD`]. A test that expects a prompt exit says so
+/// with a bound of its own.
+fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        if start.elapsed() > limit {
+        if start.elapsed() > HANG_GUARD {
             let _ = child.kill();
             let _ = child.wait();
             let mut stderr = String::new();
@@ -56,7 +58,7 @@ fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
             }
             panic!(
                 "mcp-bridge still running after {:?}; its stderr: {}",
-                limit, stderr
+                HANG_GUARD, stderr
             );
         }
         thread::sleep(Duration::from_millis(5));
@@ -125,7 +127,7 @@ fn echo_through_bridge(input: Vec<u8>) -> (Vec<u8>, Option<u64>) {
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty(), "{} unexpected extra bytes", rest.len());
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     assert!(status.success(), "{:?}: {}", status, stderr_of(&mut child));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -178,7 +180,7 @@ fn end_to_end_with_handshake() {
     stdout.read_line(&mut reply).unwrap();
     assert_eq!(reply, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n");
     drop(stdin);
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     assert_eq!(status.code(), Some(0));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -210,7 +212,7 @@ fn handshake_escapes_identity() {
         "{\"project\":\"a\\\"b\\\\c\",\"requester\":\"agent\\nété\"}\n"
     );
     host.join().unwrap();
-    assert!(wait_within(&mut child, HANG_GUARD).success());
+    assert!(wait_for_exit(&mut child).success());
 }
 
 #[test]
@@ -220,7 +222,7 @@ fn absent_endpoint_fails_fast_and_names_the_path() {
     let mut child = bridge(&dir.socket(), &["--connect-timeout", "60"])
         .spawn()
         .unwrap();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1));
@@ -238,15 +240,14 @@ fn absent_endpoint_fails_fast_and_names_the_path() {
     assert!(out.is_empty(), "stdout is the protocol: nothing on it");
 }
 
-/// Runs the bridge against an endpoint that cannot be connected to and
-/// returns its stderr, checking the exit code and that it did not wait for
-/// the (long) connect timeout.
-fn connect_failure(endpoint: &Path, setup: impl FnOnce(&mut Command)) -> String {
-    let mut command = bridge(endpoint, &["--connect-timeout", "60"]);
-    setup(&mut command);
+/// Runs `program` (a bridge binary) against an endpoint that cannot be
+/// connected to and returns its stderr, checking the exit code and that it
+/// did not wait for the (long) connect timeout.
+fn connect_failure(program: Command, endpoint: &Path) -> String {
+    let mut command = as_mcp_server(program, endpoint, &["--connect-timeout", "60"]);
     let start = Instant::now();
     let mut child = command.spawn().unwrap();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1), "{}", stderr);
@@ -268,7 +269,7 @@ fn connect_failure(endpoint: &Path, setup: impl FnOnce(&mut Command)) -> String 
 fn stale_socket_is_refused_at_once() {
     let dir = TempDir::new("stale", 0o700);
     drop(UnixListener::bind(dir.socket()).unwrap());
-    let stderr = connect_failure(&dir.socket(), |_| {});
+    let stderr = connect_failure(Command::new(BIN), &dir.socket());
     assert!(stderr.contains("nothing is listening"), "{}", stderr);
 }
 
@@ -276,7 +277,7 @@ fn stale_socket_is_refused_at_once() {
 fn regular_file_is_not_an_endpoint() {
     let dir = TempDir::new("file", 0o700);
     std::fs::write(dir.socket(), b"not a socket").unwrap();
-    let stderr = connect_failure(&dir.socket(), |_| {});
+    let stderr = connect_failure(Command::new(BIN), &dir.socket());
     assert!(stderr.contains("os error"), "{}", stderr);
 }
 
@@ -284,27 +285,29 @@ fn regular_file_is_not_an_endpoint() {
 fn path_too_long_for_sun_path() {
     let dir = TempDir::new("long", 0o700);
     let long = dir.0.join("x".repeat(200));
-    let stderr = connect_failure(&long, |_| {});
+    let stderr = connect_failure(Command::new(BIN), &long);
     assert!(stderr.contains("too long"), "{}", stderr);
 }
 
+/// A socket in a directory the bridge's user cannot enter: the error says
+/// "permission denied" (the Troubleshooting table's row), not something
+/// vaguer.
 #[test]
 fn permission_denied() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new("perm", 0o700);
+    let dir = TempDir::new("perm", 0o755);
     let private = dir.0.join("private");
     std::fs::create_dir(&private).unwrap();
     let socket = private.join("app.sock");
     let _listener = UnixListener::bind(&socket).unwrap();
-    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let as_root = rustix::process::geteuid().is_root();
-    let stderr = connect_failure(&socket, |command| {
-        if as_root {
-            // Root ignores permissions: run the bridge as nobody instead.
-            std::os::unix::process::CommandExt::uid(command, support::NOBODY);
-        }
-    });
+    // Root ignores permissions: it runs the bridge as nobody instead.
+    let program = if support::is_root() {
+        support::foreign_bridge(&dir)
+    } else {
+        Command::new(BIN)
+    };
+    let stderr = connect_failure(program, &socket);
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert!(stderr.contains("permission denied"), "{}", stderr);
 }
@@ -346,7 +349,7 @@ fn connect_is_bounded_by_the_timeout() {
     let mut child = bridge(&dir.socket(), &["--connect-timeout", "0.4"])
         .spawn()
         .unwrap();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(1), "{}", stderr);
@@ -482,7 +485,7 @@ fn stdin_eof_right_after_connect_exits_0() {
     });
     let mut child = spawn_bridge(&dir.socket());
     drop(child.stdin.take());
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
     assert_eq!(
         handshake.recv().unwrap(),
@@ -501,12 +504,16 @@ fn stdin_eof_right_after_connect_exits_0() {
 fn in_flight_reply_is_drained_after_stdin_eof() {
     let dir = TempDir::new("drain", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
-    let (_handshake, host) = host(listener, |mut reader, mut writer| {
+    let (got_request_tx, got_request) = mpsc::channel();
+    let (_handshake, host) = host(listener, move |mut reader, mut writer| {
         let mut request = String::new();
         reader.read_line(&mut request).unwrap();
+        got_request_tx.send(request).unwrap();
+        // Answer only once the bridge has passed stdin's EOF on (as a
+        // half-close): the reply is computed after stdin closed.
         let mut rest = Vec::new();
-        reader.read_to_end(&mut rest).unwrap(); // the half-close
-        thread::sleep(Duration::from_millis(300));
+        reader.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "nothing after the request");
         writer
             .write_all(b"{\"id\":1,\"result\":\"late\"}\n")
             .unwrap();
@@ -516,6 +523,12 @@ fn in_flight_reply_is_drained_after_stdin_eof() {
     stdin
         .write_all(b"{\"id\":1,\"method\":\"slow\"}\n")
         .unwrap();
+    // The request has reached the host, and is waiting for its answer there,
+    // when stdin closes.
+    assert_eq!(
+        got_request.recv().unwrap(),
+        "{\"id\":1,\"method\":\"slow\"}\n"
+    );
     drop(stdin);
     let mut out = String::new();
     child
@@ -525,7 +538,7 @@ fn in_flight_reply_is_drained_after_stdin_eof() {
         .read_to_string(&mut out)
         .unwrap();
     assert_eq!(out, "{\"id\":1,\"result\":\"late\"}\n");
-    assert!(wait_within(&mut child, HANG_GUARD).success());
+    assert!(wait_for_exit(&mut child).success());
     host.join().unwrap();
 }
 
@@ -548,7 +561,7 @@ fn drain_is_bounded_when_the_host_never_answers() {
         .write_all(b"{\"id\":1,\"method\":\"never\"}\n")
         .unwrap();
     let start = Instant::now();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     assert_eq!(status.code(), Some(0));
     assert!(
         start.elapsed() >= Duration::from_millis(900),
@@ -577,7 +590,7 @@ fn host_hang_up_ends_the_bridge_promptly() {
     let start = Instant::now();
     hang_up_tx.send(()).unwrap();
     host.join().unwrap();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut child));
     // Prompt: the hang-up itself ends it, not a timeout.
@@ -638,7 +651,7 @@ fn a_thousand_round_trips_in_order() {
         assert_eq!(reply, format!("{{\"id\":{},\"result\":{}}}\n", id, id * 2));
     }
     drop(stdin);
-    assert!(wait_within(&mut child, HANG_GUARD).success());
+    assert!(wait_for_exit(&mut child).success());
     host.join().unwrap();
 }
 
@@ -659,7 +672,7 @@ fn closed_stdout_ends_the_bridge_quietly() {
     let _stdin = child.stdin.take().unwrap(); // still open
     drop(child.stdout.take()); // the reader goes away
     go_tx.send(()).unwrap();
-    let status = wait_within(&mut child, HANG_GUARD);
+    let status = wait_for_exit(&mut child);
     assert_eq!(status.code(), Some(0));
     assert_eq!(stderr_of(&mut child), "", "quietly");
     host.join().unwrap();
@@ -760,6 +773,6 @@ fn round_trip_with_stdio(
     let mut rest = Vec::new();
     from_bridge.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());
-    assert!(wait_within(&mut child, HANG_GUARD).success());
+    assert!(wait_for_exit(&mut child).success());
     host.join().unwrap();
 }

@@ -12,21 +12,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_io::Timer;
-use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use futures_lite::StreamExt;
 use rustix::process::{Pid, Signal};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
 use support::{
-    assert_hung_up_after_connecting, executable_copy, spawn_foreign_bridge, TempDir, BIN, NOBODY,
+    assert_hung_up_after_connecting, is_root, spawn_foreign_bridge, within, TempDir, BIN,
+    HANG_GUARD, NOBODY,
 };
-
-/// How long a test waits for something that should happen before calling it
-/// hung: only a guard against hanging the suite, generous because a loaded
-/// 2-core CI machine can starve freshly spawned processes for seconds.
-const HANG_GUARD: Duration = Duration::from_secs(30);
 
 /// A child that says who it serves, then echoes.
 const IDENTIFY_THEN_ECHO: &str =
@@ -69,7 +63,7 @@ impl Serve {
             stderr,
             socket: socket.to_path_buf(),
         };
-        serve.wait_for_log("serving", HANG_GUARD);
+        serve.wait_for_log("serving");
         assert!(socket.exists());
         serve
     }
@@ -83,14 +77,14 @@ impl Serve {
     }
 
     /// Waits until a stderr line contains `needle`.
-    fn wait_for_log(&self, needle: &str, limit: Duration) {
+    fn wait_for_log(&self, needle: &str) {
         let start = Instant::now();
         while !self.log().contains(needle) {
             assert!(
-                start.elapsed() < limit,
+                start.elapsed() < HANG_GUARD,
                 "no '{}' on serve's stderr within {:?}:\n{}",
                 needle,
-                limit,
+                HANG_GUARD,
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(10));
@@ -98,7 +92,7 @@ impl Serve {
     }
 
     /// Sends `signal` and waits for serve to exit; returns its exit code.
-    fn stop(&mut self, signal: Signal, limit: Duration) -> Option<i32> {
+    fn stop(&mut self, signal: Signal) -> Option<i32> {
         rustix::process::kill_process(self.pid(), signal).unwrap();
         let start = Instant::now();
         loop {
@@ -106,9 +100,9 @@ impl Serve {
                 return status.code();
             }
             assert!(
-                start.elapsed() < limit,
+                start.elapsed() < HANG_GUARD,
                 "serve still running {:?} after {:?}:\n{}",
-                limit,
+                HANG_GUARD,
                 signal,
                 self.log()
             );
@@ -167,7 +161,7 @@ impl Bridge {
 
     /// The next line, or `None` at the end of stdout.
     async fn line(&mut self) -> Option<String> {
-        within(HANG_GUARD, "a line from the bridge", self.stdout.next())
+        within("a line from the bridge", self.stdout.next())
             .await
             .map(|line| line.unwrap())
     }
@@ -184,19 +178,11 @@ impl Bridge {
     }
 
     async fn exit_code(&mut self) -> Option<i32> {
-        within(HANG_GUARD, "the bridge to exit", self.child.status())
+        within("the bridge to exit", self.child.status())
             .await
             .unwrap()
             .code()
     }
-}
-
-async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
-    future::or(f, async {
-        Timer::after(limit).await;
-        panic!("timed out after {:?} waiting for {}", limit, what)
-    })
-    .await
 }
 
 fn alive(pid: i32) -> bool {
@@ -223,12 +209,12 @@ fn relays_to_a_child_that_knows_who_is_calling() {
         assert_eq!(bridge.round_trip("ünïcödé").await, "ünïcödé");
 
         // Its stderr shows up on serve's, behind the requester.
-        serve.wait_for_log(&format!("[agent-7] hello from {}", pid), HANG_GUARD);
+        serve.wait_for_log(&format!("[agent-7] hello from {}", pid));
 
         // The bridge disconnecting stops the child (cat ends at EOF), and
         // serve reaps it.
         assert_eq!(bridge.finish().await, Some(0));
-        serve.wait_for_log("ended (the bridge disconnected)", HANG_GUARD);
+        serve.wait_for_log("ended (the bridge disconnected)");
         assert!(!alive(pid), "child {} still exists", pid);
     });
 }
@@ -317,7 +303,7 @@ fn stop_leaves_nothing_behind(signal: Signal) {
         assert_eq!(bridges[0].round_trip("ping").await, "ping");
 
         let started = Instant::now();
-        assert_eq!(serve.stop(signal, HANG_GUARD), Some(0), "{}", serve.log());
+        assert_eq!(serve.stop(signal), Some(0), "{}", serve.log());
         let took = started.elapsed();
         assert!(!dir.socket().exists(), "the socket file is removed");
         for pid in &pids {
@@ -364,13 +350,12 @@ fn connections_over_the_limit_are_refused() {
         assert_eq!(second.exit_code().await, Some(0));
         serve.wait_for_log(
             "requester \"second\", project \"p\"): refused, 1 connections already open",
-            HANG_GUARD,
         );
 
         // The first is unaffected, and once it is gone there is room again.
         assert_eq!(first.round_trip("still here").await, "still here");
         assert_eq!(first.finish().await, Some(0));
-        serve.wait_for_log("ended (the bridge disconnected)", HANG_GUARD);
+        serve.wait_for_log("ended (the bridge disconnected)");
         let mut third = Bridge::spawn(&dir.socket(), "p", "third");
         assert!(third.line().await.unwrap().ends_with("p|third"));
         assert_eq!(third.finish().await, Some(0));
@@ -389,10 +374,7 @@ fn bad_handshakes_are_logged_and_the_server_goes_on() {
         let mut rest = Vec::new();
         let _ = raw.read_to_end(&mut rest).await;
         assert!(rest.is_empty());
-        serve.wait_for_log(
-            "dropped a connection: invalid handshake: not JSON",
-            HANG_GUARD,
-        );
+        serve.wait_for_log("dropped a connection: invalid handshake: not JSON");
 
         let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
         assert_eq!(bridge.round_trip("after").await, "after");
@@ -414,7 +396,7 @@ fn a_command_that_cannot_start_is_logged() {
     smol::block_on(async {
         let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
         assert_eq!(bridge.line().await, None);
-        serve.wait_for_log("cannot start '/nonexistent/mcp-server'", HANG_GUARD);
+        serve.wait_for_log("cannot start '/nonexistent/mcp-server'");
     });
 }
 
@@ -464,28 +446,22 @@ fn usage_errors_exit_2() {
 /// refused, with a log line.
 #[test]
 fn another_user_is_refused_and_logged() {
-    if !rustix::process::geteuid().is_root() {
+    if !is_root() {
         eprintln!("skipped: needs root to run a bridge as another user");
         return;
     }
     let dir = TempDir::new("uid", 0o755);
-    let exe = executable_copy(&dir);
     let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
     smol::block_on(async {
-        let mut intruder = spawn_foreign_bridge(&exe, &dir.socket());
+        let mut intruder = spawn_foreign_bridge(&dir, &dir.socket());
         let _stdin = intruder.stdin.take();
         let mut stderr = intruder.stderr.take().unwrap();
-        let status = within(HANG_GUARD, "the intruder", intruder.status())
-            .await
-            .unwrap();
+        let status = within("the intruder", intruder.status()).await.unwrap();
         let mut text = String::new();
         stderr.read_to_string(&mut text).await.unwrap();
         assert_hung_up_after_connecting(status, &text);
-        serve.wait_for_log(
-            &format!("refused a connection from uid {}", NOBODY),
-            HANG_GUARD,
-        );
+        serve.wait_for_log(&format!("refused a connection from uid {}", NOBODY));
         assert!(!serve.log().contains("intruder"), "{}", serve.log());
     });
 }

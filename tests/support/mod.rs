@@ -1,107 +1,37 @@
-//! Helpers shared by the Unix integration tests (each test file includes
-//! this module and uses only part of it).
+//! Helpers shared by the integration tests (each test file includes this
+//! module and uses only part of it).
+//!
+//! This file is platform-neutral, so any test file can include it; what
+//! only Unix has (temporary directories with modes, foreign users) is in
+//! `unix.rs`, re-exported here on Unix.
 #![allow(dead_code)]
 
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::future::Future;
+use std::time::Duration;
+
+use async_io::Timer;
+use futures_lite::future;
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::*;
 
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
-/// The unprivileged user (and group) root's tests run a foreign bridge as.
-pub const NOBODY: u32 = 65534;
+/// How long a test waits for something that should happen before calling it
+/// hung. Only a guard against hanging the suite, never a measure of speed:
+/// generous, because a loaded 2-core CI machine can starve a freshly
+/// spawned process for seconds.
+pub const HANG_GUARD: Duration = Duration::from_secs(30);
 
-/// A temporary directory with the given mode, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str, mode: u32) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let path =
-            std::env::temp_dir().join(format!("mcpb-{}-{}-{}", tag, std::process::id(), nanos));
-        fs::create_dir(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
-        TempDir(path)
-    }
-
-    /// The socket path tests bind or connect to.
-    pub fn socket(&self) -> PathBuf {
-        self.0.join("app.sock")
-    }
-
-    /// The names in the directory, sorted.
-    pub fn entries(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The foreign bridge did connect (so file permissions let it in) and was
-/// then hung up on: either before its handshake went out (a broken pipe,
-/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
-/// open). Which one is a race; both prove the refusal came after connecting.
-pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
-    assert!(!stderr.contains("cannot connect"), "{}", stderr);
-    assert!(
-        status.success()
-            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
-        "{}: {}",
-        status,
-        stderr
-    );
-}
-
-/// A copy of the bridge in `dir` that another user can execute (the build
-/// directory may sit under a home only root can enter).
-///
-/// `cp` writes the copy, not this process: the test harness forks from many
-/// threads at once, and a child forked while we held the new file open for
-/// writing would keep that descriptor until its exec, making our own exec of
-/// the copy fail with "Text file busy" (ETXTBSY).
-pub fn executable_copy(dir: &TempDir) -> PathBuf {
-    let copy = dir.0.join("mcp-bridge");
-    let status = std::process::Command::new("cp")
-        .arg(BIN)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cp {} failed: {}", BIN, status);
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
-
-/// Starts the bridge `exe` as user `NOBODY` against `socket`, every stdio
-/// piped (stdin left open, so only the host can end it).
-pub fn spawn_foreign_bridge(exe: &Path, socket: &Path) -> smol::process::Child {
-    let mut command = std::process::Command::new(exe);
-    command
-        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
-        .arg("--endpoint")
-        .arg(socket)
-        .uid(NOBODY)
-        .gid(NOBODY);
-    // Stdio set on the smol command: it does not carry std's settings over.
-    smol::process::Command::from(command)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+/// Runs `work` to completion, failing the test if it takes longer than
+/// [`HANG_GUARD`]; `what` names what was awaited in the failure message.
+pub async fn within<T>(what: &str, work: impl Future<Output = T>) -> T {
+    future::or(work, async {
+        Timer::after(HANG_GUARD).await;
+        panic!("timed out after {:?} waiting for {}", HANG_GUARD, what)
+    })
+    .await
 }

@@ -1,0 +1,126 @@
+//! The Unix half of the shared test helpers: temporary directories with a
+//! given mode, and running a bridge as another user.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::BIN;
+
+/// The unprivileged user (and group) root's tests run a foreign bridge as.
+pub const NOBODY: u32 = 65534;
+
+/// A temporary directory with the given mode, removed on drop.
+///
+/// It lives under the system's temporary directory, never under the
+/// checkout: the socket paths tests build in it must stay far below the
+/// 107-byte limit however deep the checkout is, and a foreign user must be
+/// able to reach it (given the mode) however private the checkout is.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str, mode: u32) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let path =
+            std::env::temp_dir().join(format!("mcpb-{}-{}-{}", tag, std::process::id(), nanos));
+        fs::create_dir(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(path)
+    }
+
+    /// The socket path tests bind or connect to.
+    pub fn socket(&self) -> PathBuf {
+        self.0.join("app.sock")
+    }
+
+    /// The names in the directory, sorted.
+    pub fn entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether this process may run others as another user (the foreign-user
+/// tests need root).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The one way a test runs a bridge as user [`NOBODY`]: a command for a
+/// copy of the bridge in `dir`, which that user must be able to enter (a
+/// mode with o+x, such as 0755).
+///
+/// Never the built binary itself: the checkout, and so the build directory,
+/// may sit under a directory that user cannot enter (a 0700 home, a
+/// `mktemp -d`), and the exec would fail before the bridge ran at all.
+///
+/// `cp` writes the copy, not this process: the test harness forks from many
+/// threads at once, and a child forked while we held the new file open for
+/// writing would keep that descriptor until its exec, making our own exec of
+/// the copy fail with "Text file busy" (ETXTBSY).
+pub fn foreign_bridge(dir: &TempDir) -> Command {
+    let mode = fs::metadata(&dir.0).unwrap().permissions().mode();
+    assert!(
+        mode & 0o001 != 0,
+        "{} (mode {:o}) is closed to user {}",
+        dir.0.display(),
+        mode,
+        NOBODY
+    );
+    let copy = dir.0.join("mcp-bridge");
+    let status = Command::new("cp").arg(BIN).arg(&copy).status().unwrap();
+    assert!(status.success(), "cp {} failed: {}", BIN, status);
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut command = Command::new(copy);
+    command.uid(NOBODY).gid(NOBODY);
+    command
+}
+
+/// Starts a bridge as user [`NOBODY`] (see [`foreign_bridge`]) against
+/// `socket`, every stdio piped (stdin left open, so only the host can end
+/// it).
+pub fn spawn_foreign_bridge(dir: &TempDir, socket: &Path) -> smol::process::Child {
+    let mut command = foreign_bridge(dir);
+    command
+        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
+        .arg("--endpoint")
+        .arg(socket);
+    // Stdio set on the smol command: it does not carry std's settings over.
+    smol::process::Command::from(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// The foreign bridge did connect (so file permissions let it in) and was
+/// then hung up on: either before its handshake went out (a broken pipe,
+/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
+/// open). Which one is a race; both prove the refusal came after connecting.
+pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
+    assert!(!stderr.contains("cannot connect"), "{}", stderr);
+    assert!(
+        status.success()
+            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
+        "{}: {}",
+        status,
+        stderr
+    );
+}
