@@ -99,7 +99,7 @@ use crate::relay::BUFFER_SIZE;
 /// call in the process (the next accept, a bridge's wait for a busy pipe)
 /// waits. 200 connections use at most 400, leaving the rest to everything
 /// else; no MCP host has nearly that many agents connected at once.
-pub(super) const MAX_CONNECTIONS: usize = 200;
+const MAX_CONNECTIONS: usize = 200;
 
 /// The reading half of a connection accepted on a pipe. Holds the
 /// connection's place under [`MAX_CONNECTIONS`].
@@ -117,7 +117,7 @@ forward_async_write!(Writer);
 /// One live connection's place under the limit, given back when both halves
 /// (which share it) are gone.
 #[derive(Debug)]
-pub(super) struct Slot(Arc<AtomicUsize>);
+struct Slot(Arc<AtomicUsize>);
 
 impl Slot {
     /// A place among at most `max` live connections counted in `live`, or
