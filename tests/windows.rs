@@ -1,6 +1,6 @@
 //! The `mcp-bridge` binary on Windows, spawned as an MCP CLI would spawn it,
 //! against a named-pipe host in this process (the library's
-//! [`PipeListener`], and `host::Listener` built on it), plus `demo` and
+//! `host::PipeListener`, and `host::Listener` built on it), plus `demo` and
 //! `serve`. CI runs these under Wine, which matches Windows on pipe errors
 //! and end-of-stream but does not serialize I/O on synchronous handles the
 //! way Windows does; see `src/endpoint/windows.rs` for why the duplex design
@@ -21,9 +21,9 @@ use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use futures_lite::StreamExt;
-use mcp_bridge::endpoint::{self, PipeListener, Reader};
+use mcp_bridge::endpoint;
 use mcp_bridge::handshake::Handshake;
-use mcp_bridge::host::{Listener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
+use mcp_bridge::host::{self, Listener, PipeListener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::Unblock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
@@ -131,8 +131,8 @@ async fn accept_bridge(
     listener: &PipeListener,
 ) -> (
     Handshake,
-    futures_lite::io::Lines<BufReader<Reader>>,
-    endpoint::Writer,
+    futures_lite::io::Lines<BufReader<host::Reader>>,
+    host::Writer,
 ) {
     let (reader, writer) = listener.accept().await.expect("accept");
     let mut lines = BufReader::new(reader).lines();
@@ -448,36 +448,70 @@ fn dropping_a_connection_ends_the_peers_stream() {
     let listener = PipeListener::bind(&pipe).unwrap();
     run(async {
         for server_drops in [true, false] {
-            let (client_reader, client_writer) =
-                endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
-            let (server_reader, server_writer) = listener.accept().await.unwrap();
-            let (mut dropping, mut surviving) = if server_drops {
-                (
-                    (server_reader, server_writer),
-                    (client_reader, client_writer),
-                )
+            let client = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+            let server = listener.accept().await.unwrap();
+            if server_drops {
+                drop_while_reading(server, client).await;
             } else {
-                (
-                    (client_reader, client_writer),
-                    (server_reader, server_writer),
-                )
-            };
-            dropping.1.write_all(b"last words").await.unwrap();
-            dropping.1.flush().await.unwrap();
-            // Leave a read pending on the dropping side, then drop it all.
-            let mut byte = [0u8; 1];
-            let pending = future::or(async { Some(dropping.0.read(&mut byte).await) }, async {
-                Timer::after(Duration::from_millis(100)).await;
+                drop_while_reading(client, server).await;
+            }
+        }
+    });
+}
+
+/// Sends "last words" from `dropping`, leaves a read pending on it, drops
+/// it, and checks that `surviving` reads exactly those words and the end.
+async fn drop_while_reading<R1, W1, R2, W2>(mut dropping: (R1, W1), mut surviving: (R2, W2))
+where
+    R1: futures_lite::io::AsyncRead + Unpin,
+    W1: futures_lite::io::AsyncWrite + Unpin,
+    R2: futures_lite::io::AsyncRead + Unpin,
+{
+    dropping.1.write_all(b"last words").await.unwrap();
+    dropping.1.flush().await.unwrap();
+    // Leave a read pending on the dropping side, then drop it all.
+    let mut byte = [0u8; 1];
+    let pending = future::or(async { Some(dropping.0.read(&mut byte).await) }, async {
+        Timer::after(Duration::from_millis(100)).await;
+        None
+    })
+    .await;
+    assert!(pending.is_none(), "nothing was sent to the dropping side");
+    drop(dropping);
+
+    let mut rest = Vec::new();
+    surviving.0.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(rest, b"last words");
+}
+
+/// An accept given up on (an app's own timeout around it, here three in a
+/// row) leaves the pipe listening: a client connects at once, where a pipe
+/// without an instance would answer "does not exist", and the next accept
+/// returns it; a bridge connects after it as usual.
+#[test]
+fn a_cancelled_accept_leaves_the_pipe_listening() {
+    let pipe = unique_pipe("cancelled");
+    let listener = PipeListener::bind(&pipe).unwrap();
+    run(async {
+        for _ in 0..3 {
+            let gave_up = future::or(async { Some(listener.accept().await) }, async {
+                Timer::after(Duration::from_millis(50)).await;
                 None
             })
             .await;
-            assert!(pending.is_none(), "nothing was sent to the dropping side");
-            drop(dropping);
-
-            let mut rest = Vec::new();
-            surviving.0.read_to_end(&mut rest).await.unwrap();
-            assert_eq!(rest, b"last words");
+            assert!(gave_up.is_none(), "nobody was connecting");
         }
+        let client = endpoint::connect(Path::new(&pipe), GENEROUS)
+            .await
+            .expect("the pipe still has its instance");
+        let taken = listener.accept().await.unwrap();
+
+        let bridge = Bridge::spawn(&pipe, &["--project", "after-cancel"]);
+        let (handshake, requests, replies) = accept_bridge(&listener).await;
+        assert_eq!(handshake, Handshake::new("after-cancel", ""));
+        drop((client, taken, requests, replies));
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
     });
 }
 

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
@@ -27,9 +27,10 @@ pub(crate) use unix::MAX_PATH_BYTES;
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]
-pub use platform::PipeListener;
-#[cfg(windows)]
 use windows as platform;
+/// The pipe connection, which the host's `PipeListener` hands out too.
+#[cfg(windows)]
+pub(crate) use windows::{pipe_halves, pipe_name, PipeReader, PipeWriter};
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.
@@ -41,9 +42,11 @@ const BUSY_RETRY: Duration = Duration::from_millis(10);
 /// to it. Closing the [`Writer`] tells the app that no more requests will come
 /// (a half-close on Unix; see the Windows module for pipes).
 pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writer), ConnectError> {
+    let deadline = Instant::now() + timeout;
     let attempt = async {
         loop {
-            match platform::connect(endpoint, timeout).await {
+            let time_left = deadline.saturating_duration_since(Instant::now());
+            match platform::connect(endpoint, time_left).await {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Timer::after(BUSY_RETRY).await,
                 other => break other,
             };

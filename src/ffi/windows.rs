@@ -1,17 +1,34 @@
 //! Win32 calls that std does not wrap: named pipes opened for overlapped
 //! I/O, the overlapped reads, writes and connects on them, and the events
 //! that signal their completion or ask for their cancellation; the
-//! owner-only security descriptor pipes are created with; and the console
-//! control handler that turns Ctrl+C into a stop request.
+//! owner-only security descriptor pipes are created with, and the owner SID
+//! read back from a pipe; and the console control handler that turns Ctrl+C
+//! into a stop request.
+//!
+//! # Overlapped I/O
 //!
 //! The one invariant that makes overlapped I/O sound is that the `OVERLAPPED`
 //! structure and the data buffer outlive the operation, which the kernel may
-//! still be carrying out after `ReadFile` returns. Every operation here is
-//! therefore *finished* before the function that started it returns: it
-//! waits for completion (or cancels and then waits), while holding the
-//! `&mut Overlapped` and the buffer borrowed. Callers get plain blocking
-//! calls with a way to abort them from another thread ([`Event::set`] on the
-//! `stop` event), and never see a pending operation.
+//! still be carrying out after `ReadFile` returns. The `ReadFile`
+//! documentation: "neither the offset nor any other part of the structure
+//! should be modified, freed, or reused by the application until the event
+//! is signaled (that is, the read completes)", and of the buffer: "This
+//! buffer must remain valid for the duration of the read operation. The
+//! caller must not use this buffer until the read operation is completed."
+//! Every operation here is therefore *finished* before the function that
+//! started it returns: it waits for completion (or cancels and then waits),
+//! while holding the buffer borrowed. Callers get plain blocking calls with
+//! a way to abort them from another thread ([`Event::set`] on the `stop`
+//! event), and never see a pending operation.
+//!
+//! The kernel writes the `OVERLAPPED`'s status fields while the operation is
+//! in flight, behind Rust's back. So no Rust reference may cover the
+//! structure during that time: a `&mut` to it (or to a struct holding it by
+//! value) asserts that nothing else writes it, which the kernel does.
+//! [`Overlapped`] therefore keeps the structure in its own heap allocation
+//! and holds only a raw pointer to it; every access, ours and the kernel's,
+//! goes through that one pointer, and `&mut Overlapped` covers the pointer,
+//! never the structure.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -24,6 +41,7 @@ use std::os::windows::io::{
 };
 use std::path::Path;
 use std::ptr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use windows_sys::Win32::Foundation::{
@@ -31,11 +49,12 @@ use windows_sys::Win32::Foundation::{
     ERROR_PIPE_CONNECTED, HANDLE, WAIT_OBJECT_0,
 };
 use windows_sys::Win32::Security::Authorization::{
-    ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
+    ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW,
+    ConvertStringSidToSidW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT,
 };
 use windows_sys::Win32::Security::{
-    GetTokenInformation, TokenUser, PSECURITY_DESCRIPTOR, SECURITY_ATTRIBUTES, TOKEN_QUERY,
-    TOKEN_USER,
+    GetTokenInformation, TokenUser, OWNER_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID,
+    SECURITY_ATTRIBUTES, TOKEN_QUERY, TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, PIPE_ACCESS_DUPLEX,
@@ -63,6 +82,11 @@ pub(crate) fn wide(name: &OsStr) -> io::Result<Vec<u16>> {
     }
     wide.push(0);
     Ok(wide)
+}
+
+/// Whether `e` carries the Win32 error `code` (an `ERROR_*` constant).
+pub(crate) fn has_code(e: &io::Error, code: u32) -> bool {
+    e.raw_os_error() == Some(code as i32)
 }
 
 /// A manual-reset event, created unsignaled.
@@ -103,36 +127,70 @@ impl Event {
     }
 }
 
+/// Sets its event when dropped: how the owner of a blocking operation (a
+/// pipe half, an accept) that goes away tells the pool thread carrying the
+/// operation out to abandon it.
+#[derive(Debug)]
+pub(crate) struct SetOnDrop(pub(crate) Arc<Event>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
 /// The `OVERLAPPED` structure and completion event of one operation at a
 /// time. Each direction of a pipe has its own, so a read and a write can be
 /// in flight together.
+///
+/// The structure lives in a heap allocation of its own that no Rust
+/// reference ever covers (see the module docs): `raw` comes from
+/// `Box::into_raw` and goes back to a `Box` only in `drop`, and every access
+/// in between is through `raw` itself.
 pub(crate) struct Overlapped {
-    raw: OVERLAPPED,
+    raw: *mut OVERLAPPED,
     done: Event,
 }
 
-// SAFETY: `OVERLAPPED` holds raw pointers (the event handle, and fields the
-// kernel writes) only because it is a C struct. The kernel touches it only
-// while an operation started through `&mut self` is in flight, and every
-// such operation completes before that borrow ends (see the module docs), so
+// SAFETY: `raw` points to an allocation owned by this value alone (nothing
+// else holds the pointer), like a `Box`. The kernel writes to it only while
+// an operation started through `&mut self` is in flight, and every such
+// operation completes before that borrow ends (see the module docs), so
 // moving it to another thread between operations is sound.
 unsafe impl Send for Overlapped {}
 
 impl Overlapped {
     pub(crate) fn new() -> io::Result<Overlapped> {
         Ok(Overlapped {
-            raw: OVERLAPPED::default(),
+            raw: Box::into_raw(Box::default()),
             done: Event::new()?,
         })
     }
 
     /// A zeroed `OVERLAPPED` pointing at our event, ready for a new operation
-    /// (Win32 requires unused fields to be zero before each use).
+    /// (Win32 requires unused fields to be zero before each use), and the one
+    /// pointer through which the operation is started, cancelled and
+    /// finished.
     fn prepare(&mut self) -> *mut OVERLAPPED {
         self.done.reset();
-        self.raw = OVERLAPPED::default();
-        self.raw.hEvent = self.done.raw();
-        &mut self.raw
+        // SAFETY: `raw` is valid and aligned (from `Box::into_raw`), and no
+        // operation is in flight on it: each one finishes before the
+        // `&mut self` that started it is released.
+        unsafe {
+            self.raw.write(OVERLAPPED {
+                hEvent: self.done.raw(),
+                ..OVERLAPPED::default()
+            });
+        }
+        self.raw
+    }
+}
+
+impl Drop for Overlapped {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `Box::into_raw` in `new` and is freed only
+        // here, once; no operation is in flight (see `prepare`).
+        drop(unsafe { Box::from_raw(self.raw) });
     }
 }
 
@@ -177,13 +235,36 @@ impl Pipe {
         buffer_size: u32,
         security: &SecurityDescriptor,
     ) -> io::Result<Pipe> {
+        let byte_mode = PIPE_TYPE_BYTE | PIPE_READMODE_BYTE;
+        Pipe::create_as(name, first, buffer_size, security, byte_mode)
+    }
+
+    /// [`create`](Pipe::create), for a message-type pipe such as .NET and
+    /// WCF servers create: the kind of server whose zero-byte writes a
+    /// reader must tell from the end of the stream.
+    #[cfg(test)]
+    pub(crate) fn create_message_type(
+        name: &[u16],
+        security: &SecurityDescriptor,
+    ) -> io::Result<Pipe> {
+        use windows_sys::Win32::System::Pipes::{PIPE_READMODE_MESSAGE, PIPE_TYPE_MESSAGE};
+        let message_mode = PIPE_TYPE_MESSAGE | PIPE_READMODE_MESSAGE;
+        Pipe::create_as(name, true, 4096, security, message_mode)
+    }
+
+    fn create_as(
+        name: &[u16],
+        first: bool,
+        buffer_size: u32,
+        security: &SecurityDescriptor,
+        type_and_read_mode: u32,
+    ) -> io::Result<Pipe> {
         assert_eq!(name.last(), Some(&0), "the name must be NUL-terminated");
         let mut open_mode = PIPE_ACCESS_DUPLEX | FILE_FLAG_OVERLAPPED;
         if first {
             open_mode |= FILE_FLAG_FIRST_PIPE_INSTANCE;
         }
-        let pipe_mode =
-            PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS;
+        let pipe_mode = type_and_read_mode | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS;
         let attributes = SECURITY_ATTRIBUTES {
             nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
             lpSecurityDescriptor: security.0,
@@ -211,9 +292,12 @@ impl Pipe {
             .map_err(|_| io::Error::last_os_error())
     }
 
-    /// Reads into `buf`, waiting until some bytes arrive, the pipe ends (an
-    /// error such as `ERROR_BROKEN_PIPE`), or `stop` is set (the read is
-    /// cancelled: `ERROR_OPERATION_ABORTED`, unless it completed first).
+    /// Reads into `buf`, waiting until the read completes: with some bytes,
+    /// with none (the other end wrote zero bytes: see `endpoint::windows`
+    /// for why that is not the end of the stream), with an error when the
+    /// pipe ends (such as `ERROR_BROKEN_PIPE`), or because `stop` was set
+    /// (the read is cancelled: `ERROR_OPERATION_ABORTED`, unless it completed
+    /// first).
     pub(crate) fn read(
         &self,
         op: &mut Overlapped,
@@ -221,17 +305,21 @@ impl Pipe {
         stop: &Event,
     ) -> io::Result<usize> {
         let len = clamp_len(buf.len());
+        let data = buf.as_mut_ptr();
         let overlapped = op.prepare();
-        // SAFETY: `buf` is valid for `len` writable bytes and `overlapped`
-        // points into `op`; both stay borrowed until `finish` has waited for
-        // the operation to complete, so neither moves or is freed while the
-        // kernel may write to it.
+        let mut ignored = 0u32;
+        // SAFETY: `data` is valid for `len` writable bytes, and `buf` (which
+        // it was derived from) stays borrowed and untouched until `finish`
+        // has waited for the operation to complete, so the buffer neither
+        // moves nor is freed nor is used while the kernel may write to it.
+        // `overlapped` is `op`'s one pointer to its OVERLAPPED (see
+        // `Overlapped`). `ignored` outlives the call: see `ignored_count`.
         let started = unsafe {
             ReadFile(
                 self.raw(),
-                buf.as_mut_ptr(),
+                data,
                 len,
-                ptr::null_mut(),
+                ignored_count(&mut ignored),
                 overlapped,
             )
         };
@@ -243,20 +331,32 @@ impl Pipe {
     pub(crate) fn write(&self, op: &mut Overlapped, buf: &[u8], stop: &Event) -> io::Result<usize> {
         let len = clamp_len(buf.len());
         let overlapped = op.prepare();
-        // SAFETY: as in `read`; `buf` is valid for `len` readable bytes.
-        let started =
-            unsafe { WriteFile(self.raw(), buf.as_ptr(), len, ptr::null_mut(), overlapped) };
+        let mut ignored = 0u32;
+        // SAFETY: as in `read`; `buf` is valid for `len` readable bytes, and
+        // the kernel only reads it.
+        let started = unsafe {
+            WriteFile(
+                self.raw(),
+                buf.as_ptr(),
+                len,
+                ignored_count(&mut ignored),
+                overlapped,
+            )
+        };
         self.finish(op, started, stop)
     }
 
     /// Server side: waits for a client to connect to this instance, or for
     /// `stop`. A client that connected before the call (`ERROR_PIPE_CONNECTED`),
     /// or that connected and already left (`ERROR_NO_DATA`: its reads will
-    /// see the end at once), counts as connected.
+    /// see the end at once), counts as connected. A wait that `stop`
+    /// cancelled fails with `ERROR_OPERATION_ABORTED` and leaves the instance
+    /// as it was, listening, for the next call.
     pub(crate) fn connect(&self, op: &mut Overlapped, stop: &Event) -> io::Result<()> {
         let overlapped = op.prepare();
-        // SAFETY: `overlapped` points into `op`, which stays borrowed until
-        // `finish` has waited for the operation to complete.
+        // SAFETY: `overlapped` is `op`'s one pointer to its OVERLAPPED, which
+        // stays allocated until `finish` has waited for the operation to
+        // complete.
         let started = unsafe { ConnectNamedPipe(self.raw(), overlapped) };
         match self.finish(op, started, stop) {
             Ok(_) => Ok(()),
@@ -274,6 +374,10 @@ impl Pipe {
     /// starting call returned) to complete, cancelling it if `stop` is set
     /// first, and returns its result. Returns only once the kernel is done
     /// with `op` and the buffer.
+    ///
+    /// `op` is borrowed `&mut` here while the kernel may still write its
+    /// OVERLAPPED: sound, because that borrow covers only `op.raw`, the
+    /// pointer, and the structure is reached through it alone.
     fn finish(&self, op: &mut Overlapped, started: i32, stop: &Event) -> io::Result<usize> {
         if started == 0 {
             let e = io::Error::last_os_error();
@@ -292,13 +396,13 @@ impl Pipe {
             // SAFETY: the handle is ours and `op.raw` is the OVERLAPPED of
             // the operation to cancel; a completed one is simply not found.
             unsafe {
-                CancelIoEx(self.raw(), &op.raw);
+                CancelIoEx(self.raw(), op.raw);
             }
         }
         let mut transferred = 0u32;
         // SAFETY: `op.raw` is the OVERLAPPED of the operation started on this
         // handle; with bWait = TRUE the call returns only once it completed.
-        let ok = unsafe { GetOverlappedResult(self.raw(), &op.raw, &mut transferred, 1) };
+        let ok = unsafe { GetOverlappedResult(self.raw(), op.raw, &mut transferred, 1) };
         if ok == 0 {
             let e = io::Error::last_os_error();
             // Only in message read mode: the part of the message that fit
@@ -310,9 +414,65 @@ impl Pipe {
         Ok(transferred as usize)
     }
 
+    /// The owner SID of the pipe in string form (`S-1-5-21-...`), or `None`
+    /// if its security descriptor names no owner. Works on either end: a
+    /// client's handle reads the descriptor its server created the pipe with.
+    ///
+    /// Needs `READ_CONTROL` on the handle, which the `GENERIC_READ` that both
+    /// ends are opened with includes. GetSecurityInfo: "To read the owner,
+    /// group, or DACL from the object's security descriptor, the calling
+    /// process must have been granted READ_CONTROL access when the handle was
+    /// opened."
+    pub(crate) fn owner_sid(&self) -> io::Result<Option<String>> {
+        let mut owner: PSID = ptr::null_mut();
+        let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+        // SAFETY: the handle is valid for the duration of the call; `owner`
+        // and `descriptor` are valid places for the results. On success
+        // `descriptor` is a LocalAlloc'd block that `owned` frees, and
+        // `owner`, if not NULL, points into it.
+        let status = unsafe {
+            GetSecurityInfo(
+                self.raw(),
+                SE_KERNEL_OBJECT,
+                OWNER_SECURITY_INFORMATION,
+                &mut owner,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                &mut descriptor,
+            )
+        };
+        if status != 0 {
+            return Err(io::Error::from_raw_os_error(status as i32));
+        }
+        let owned = LocalBlock(descriptor);
+        if owner.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `owner` is a valid SID inside `owned`, which is alive.
+        let sid = unsafe { sid_string(owner) };
+        drop(owned);
+        sid.map(Some)
+    }
+
     fn raw(&self) -> HANDLE {
         self.0.as_raw_handle()
     }
+}
+
+/// Where ReadFile and WriteFile may store a byte count that nobody reads:
+/// on an overlapped handle the count comes from GetOverlappedResult. It
+/// cannot be NULL, though the documentation recommends NULL here. ReadFile's
+/// documentation (WriteFile's says the same): "Use NULL for this parameter
+/// if this is an asynchronous operation to avoid potentially erroneous
+/// results. This parameter can be NULL only when the lpOverlapped parameter
+/// is not NULL. Windows 7: This parameter can not be NULL." Rust 1.63's
+/// Windows target still supports Windows 7, so a NULL would be a fault
+/// there; a count we ignore has no erroneous result to fear. The caller
+/// keeps `ignored` alive until the operation has finished, in case the
+/// system writes it late.
+fn ignored_count(ignored: &mut u32) -> *mut u32 {
+    ignored
 }
 
 /// Waits until an instance of the pipe `name` (NUL-terminated UTF-16) is
@@ -352,8 +512,25 @@ impl SecurityDescriptor {
     /// this process runs as (the process token's user SID). Protected, so
     /// no inheritable entry can be added to it, and granting nothing to
     /// anyone else, LocalSystem and administrators included.
+    ///
+    /// It names that same user as the owner (`O:`), which is what a bridge
+    /// checks before it trusts the pipe. Left out, the owner would be the
+    /// token's *default* owner, which for an elevated process is the
+    /// Administrators group, not the user ("The owner of a new object is the
+    /// default owner security identifier (SID) from the primary or
+    /// impersonation token of the creating process", Microsoft's "Owner of a
+    /// New Object"); and Wine records no owner at all unless one is given.
+    /// Naming our own user SID is always allowed: it is the token's user.
     pub(crate) fn owner_only() -> io::Result<SecurityDescriptor> {
-        SecurityDescriptor::from_sddl(&format!("D:P(A;;GA;;;{})", current_user_sid()?))
+        let user = current_user_sid()?;
+        SecurityDescriptor::from_sddl(&format!("O:{}D:P(A;;GA;;;{})", user, user))
+    }
+
+    /// A descriptor from SDDL text, for tests that need a pipe created some
+    /// other way than [`owner_only`](SecurityDescriptor::owner_only).
+    #[cfg(test)]
+    pub(crate) fn for_test(sddl: &str) -> io::Result<SecurityDescriptor> {
+        SecurityDescriptor::from_sddl(sddl)
     }
 
     fn from_sddl(sddl: &str) -> io::Result<SecurityDescriptor> {
@@ -381,6 +558,21 @@ impl Drop for SecurityDescriptor {
     fn drop(&mut self) {
         // SAFETY: the pointer came from LocalAlloc (through the conversion
         // above) and is freed only here, once.
+        unsafe {
+            LocalFree(self.0);
+        }
+    }
+}
+
+/// A block of memory that a Win32 call allocated with `LocalAlloc` for us
+/// (a SID, a security descriptor), freed on drop.
+struct LocalBlock(*mut std::ffi::c_void);
+
+impl Drop for LocalBlock {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from LocalAlloc (through the call that
+        // filled it in) and is freed only here, once. LocalFree(NULL) does
+        // nothing.
         unsafe {
             LocalFree(self.0);
         }
@@ -435,14 +627,43 @@ pub(crate) fn current_user_sid() -> io::Result<String> {
     // SAFETY: GetTokenInformation filled the buffer with a TOKEN_USER
     // (whose SID pointer points further into `buffer`, still alive).
     let sid = unsafe { (*buffer.as_ptr().cast::<TOKEN_USER>()).User.Sid };
-    let mut text: *mut u16 = ptr::null_mut();
-    // SAFETY: `sid` is a valid SID inside `buffer`; `text` is a valid place
-    // for the result, a LocalAlloc'd NUL-terminated string we free below.
-    if unsafe { ConvertSidToStringSidW(sid, &mut text) } == 0 {
+    // SAFETY: `sid` is a valid SID inside `buffer`, which is alive.
+    unsafe { sid_string(sid) }
+}
+
+/// `text`, a SID in string form (`S-1-5-18`, `s-1-5-21-...`), checked by
+/// the system and written back the way the system writes SIDs, so that two
+/// spellings of one SID compare equal as strings.
+pub(crate) fn canonical_sid(text: &str) -> io::Result<String> {
+    let wide_text = wide(OsStr::new(text))?;
+    let mut sid: PSID = ptr::null_mut();
+    // SAFETY: `wide_text` is a NUL-terminated UTF-16 string that outlives the
+    // call; `sid` is a valid place for the result, a LocalAlloc'd SID that
+    // `owned` frees.
+    if unsafe { ConvertStringSidToSidW(wide_text.as_ptr(), &mut sid) } == 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `text` is the NUL-terminated string just returned, freed once.
-    Ok(unsafe { take_local_wide_string(text) })
+    let owned = LocalBlock(sid);
+    // SAFETY: `owned.0` is the valid SID just converted, alive until the end.
+    let canonical = unsafe { sid_string(owned.0) };
+    drop(owned);
+    canonical
+}
+
+/// The SID at `sid` in string form, `S-1-5-21-...`.
+///
+/// # Safety
+///
+/// `sid` must point to a valid SID for the duration of the call.
+unsafe fn sid_string(sid: PSID) -> io::Result<String> {
+    let mut text: *mut u16 = ptr::null_mut();
+    // Sound by the contract above; `text` is a valid place for the result, a
+    // LocalAlloc'd NUL-terminated string that is freed below.
+    if ConvertSidToStringSidW(sid, &mut text) == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // `text` is the NUL-terminated string just returned, freed once.
+    Ok(take_local_wide_string(text))
 }
 
 /// Copies the NUL-terminated UTF-16 string at `text` into a `String`
@@ -464,53 +685,54 @@ unsafe fn take_local_wide_string(text: *mut u16) -> String {
     string
 }
 
-/// The DACL of the kernel object behind `handle` (opened with READ_CONTROL),
-/// in SDDL, such as `D:P(A;;FA;;;S-1-5-21-...)`. For tests that check what
-/// a pipe was really created with.
-#[cfg(test)]
-pub(crate) fn dacl_sddl(handle: std::os::windows::io::BorrowedHandle<'_>) -> io::Result<String> {
-    use windows_sys::Win32::Security::Authorization::{
-        ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo, SE_KERNEL_OBJECT,
-    };
-    use windows_sys::Win32::Security::DACL_SECURITY_INFORMATION;
+impl Pipe {
+    /// The pipe's DACL in SDDL, such as `D:P(A;;FA;;;S-1-5-21-...)`. For
+    /// tests that check what a pipe was really created with.
+    #[cfg(test)]
+    pub(crate) fn dacl_sddl(&self) -> io::Result<String> {
+        use windows_sys::Win32::Security::Authorization::ConvertSecurityDescriptorToStringSecurityDescriptorW;
+        use windows_sys::Win32::Security::DACL_SECURITY_INFORMATION;
 
-    let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
-    // SAFETY: `handle` is a valid handle for the duration of the call; the
-    // NULL out-pointers ask for nothing, and `descriptor` receives a
-    // LocalAlloc'd descriptor that `owned` frees.
-    let status = unsafe {
-        GetSecurityInfo(
-            handle.as_raw_handle(),
-            SE_KERNEL_OBJECT,
-            DACL_SECURITY_INFORMATION,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-            &mut descriptor,
-        )
-    };
-    if status != 0 {
-        return Err(io::Error::from_raw_os_error(status as i32));
+        let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+        // SAFETY: the handle is valid for the duration of the call; the
+        // NULL out-pointers ask for nothing, and `descriptor` receives a
+        // LocalAlloc'd descriptor that `owned` frees.
+        let status = unsafe {
+            GetSecurityInfo(
+                self.raw(),
+                SE_KERNEL_OBJECT,
+                DACL_SECURITY_INFORMATION,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                &mut descriptor,
+            )
+        };
+        if status != 0 {
+            return Err(io::Error::from_raw_os_error(status as i32));
+        }
+        let owned = LocalBlock(descriptor);
+        let mut text: *mut u16 = ptr::null_mut();
+        // SAFETY: `owned.0` is a valid descriptor; `text` receives a
+        // LocalAlloc'd NUL-terminated string, freed below; the length is not
+        // asked for.
+        let ok = unsafe {
+            ConvertSecurityDescriptorToStringSecurityDescriptorW(
+                owned.0,
+                SDDL_REVISION_1,
+                DACL_SECURITY_INFORMATION,
+                &mut text,
+                ptr::null_mut(),
+            )
+        };
+        if ok == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `text` is the NUL-terminated string just returned, freed
+        // once.
+        Ok(unsafe { take_local_wide_string(text) })
     }
-    let owned = SecurityDescriptor(descriptor);
-    let mut text: *mut u16 = ptr::null_mut();
-    // SAFETY: `owned.0` is a valid descriptor; `text` receives a LocalAlloc'd
-    // NUL-terminated string, freed below; the length is not asked for.
-    let ok = unsafe {
-        ConvertSecurityDescriptorToStringSecurityDescriptorW(
-            owned.0,
-            SDDL_REVISION_1,
-            DACL_SECURITY_INFORMATION,
-            &mut text,
-            ptr::null_mut(),
-        )
-    };
-    if ok == 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `text` is the NUL-terminated string just returned, freed once.
-    Ok(unsafe { take_local_wide_string(text) })
 }
 
 /// Has `handler` called (on a thread the system creates) for each console

@@ -39,7 +39,7 @@
 //!   (the process token's user SID), so the system refuses every other
 //!   user, LocalSystem and administrators included, when they open it;
 //!   `PIPE_REJECT_REMOTE_CLIENTS` refuses other machines (see
-//!   `endpoint::PipeListener`, on which the Windows side is built).
+//!   `PipeListener` (Windows only), on which the Windows side is built).
 //! - **Restarts just work, and never steal.** A stale socket file left by a
 //!   crashed app (nothing listening) is replaced; a live one is never
 //!   replaced: [`Listener::bind`] fails with [`BindError`] instead. The file
@@ -84,6 +84,8 @@ use unix as platform;
 mod windows;
 #[cfg(windows)]
 use windows as platform;
+#[cfg(windows)]
+pub use windows::PipeListener;
 
 /// Longest handshake line accepted, final `\n` included. A real one is well
 /// under 1 KiB; the cap only stops a peer from filling our memory.
@@ -181,8 +183,6 @@ enum Accepted {
     /// streams are large, and the other variants are common under attack.
     Peer(Box<(platform::Reader, platform::Writer)>),
     /// A peer that was refused and already dropped; the text says why.
-    // Not on Windows: the pipe's DACL refuses other users before accept.
-    #[cfg_attr(windows, allow(dead_code))]
     Refused(String),
     /// A failure that may heal (out of file descriptors, an aborted
     /// connection); the loop logs it, pauses and carries on.
