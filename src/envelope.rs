@@ -384,22 +384,27 @@ impl Scanner {
         while i < chunk.len() {
             let b = chunk[i];
             match self.state {
-                State::Str(level, text) => match find_string_stop(&chunk[i..]) {
-                    None => i = chunk.len(),
-                    Some(n) => {
-                        let at = i + n;
-                        match chunk[at] {
-                            b'"' => self.close_string(level, text, chunk, at),
-                            b'\\' => self.state = State::Escape(level, text),
-                            _ => self.end_line(chunk, at, &mut on_line),
-                        }
+                State::Str(level, text) => match skip_string(chunk, i) {
+                    StringEnd::Quote(at) => {
+                        self.close_string(level, text, chunk, at);
+                        i = match text {
+                            Text::Key => self.after_key(level, chunk, at + 1),
+                            Text::Value => self.after_value(level, chunk, at + 1),
+                            Text::Nested => at + 1,
+                        };
+                    }
+                    StringEnd::Newline(at) => {
+                        self.end_line(chunk, at, &mut on_line);
                         i = at + 1;
                     }
+                    StringEnd::Escape => {
+                        self.state = State::Escape(level, text);
+                        i = chunk.len();
+                    }
+                    StringEnd::Open => i = chunk.len(),
                 },
                 State::Escape(level, text) => {
-                    // Which escape it is does not matter to the structure
-                    // (`\u1234`'s digits are plain bytes); captured values
-                    // are checked when they close.
+                    // A chunk ended right after a `\`; see `skip_string`.
                     if b == b'\n' {
                         self.end_line(chunk, i, &mut on_line);
                     } else {
@@ -415,63 +420,76 @@ impl Scanner {
                         i += n + 1;
                     }
                 },
-                State::Scalar(level) => match b {
-                    b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n' => {
-                        // The delimiter is read again as what follows a value.
-                        self.end_capture(chunk, i);
-                        self.close_value();
-                        self.state = State::AfterValue(level);
+                State::Scalar(level) => {
+                    let end = chunk[i..]
+                        .iter()
+                        .position(|&b| SCALAR_END[b as usize])
+                        .map_or(chunk.len(), |n| i + n);
+                    match chunk.get(end) {
+                        None => i = end,
+                        Some(b'"' | b'{' | b'[' | b']' | b':') => self.bad(),
+                        Some(_) => {
+                            self.end_capture(chunk, end);
+                            self.close_value();
+                            self.state = State::AfterValue(level);
+                            i = self.after_value(level, chunk, end);
+                        }
                     }
-                    b'"' | b'{' | b'[' | b']' | b':' => self.bad(),
-                    _ => i += 1,
-                },
-                _ if b == b'\n' => {
-                    self.end_line(chunk, i, &mut on_line);
-                    i += 1;
                 }
-                _ if matches!(b, b' ' | b'\t' | b'\r') => i += 1,
+                // Between tokens: one byte at a time, each state matching
+                // its own byte once.
                 State::LineStart => {
-                    if b == b'{' {
-                        self.state = State::FirstKey(Level::Top);
-                    } else {
-                        self.bad();
+                    match b {
+                        b'{' => self.state = State::FirstKey(Level::Top),
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.bad(),
                     }
                     i += 1;
                 }
                 State::FirstKey(level) | State::NextKey(level) => {
-                    if b == b'"' {
-                        self.key.clear();
-                        self.start_capture(Target::Key, i + 1);
-                        self.state = State::Str(level, Text::Key);
-                    } else if b == b'}' && self.state == State::FirstKey(level) {
-                        self.close_object(level);
-                    } else {
-                        self.bad();
+                    match b {
+                        b'"' => self.open_key(level, i),
+                        b'}' if self.state == State::FirstKey(level) => self.close_object(level),
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.bad(),
                     }
                     i += 1;
                 }
                 State::Colon(level) => {
-                    if b == b':' {
-                        self.state = State::Value(level);
-                    } else {
-                        self.bad();
+                    match b {
+                        b':' => self.state = State::Value(level),
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.bad(),
                     }
                     i += 1;
                 }
                 State::Value(level) => {
-                    self.open_value(level, chunk, i);
+                    match b {
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.open_value(level, chunk, i),
+                    }
                     i += 1;
                 }
                 State::AfterValue(level) => {
                     match b {
                         b',' => self.state = State::NextKey(level),
                         b'}' => self.close_object(level),
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
                         _ => self.bad(),
                     }
                     i += 1;
                 }
                 State::AfterObject => {
-                    self.bad();
+                    match b {
+                        b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.bad(),
+                    }
                     i += 1;
                 }
             }
@@ -499,7 +517,9 @@ impl Scanner {
     }
 
     /// Skips a nested value from `chunk[i]` on: brackets move `depth`,
-    /// strings are skipped by [`find_string_stop`]. Returns where to go on.
+    /// strings are skipped by [`skip_string`] without leaving the loop (a
+    /// `tools/list` result is thousands of short strings). Returns where to
+    /// go on.
     fn skip_nested(
         &mut self,
         level: Level,
@@ -507,29 +527,88 @@ impl Scanner {
         mut i: usize,
         on_line: &mut impl FnMut(Envelope<'_>),
     ) -> usize {
+        // In a local while the loop runs: one bracket per few bytes here.
+        let mut depth = self.depth;
         while i < chunk.len() {
-            let b = chunk[i];
+            let class = NESTED[chunk[i] as usize];
             i += 1;
-            match NESTED[b as usize] {
-                PLAIN => {}
-                OPEN => self.depth += 1,
+            // Plain bytes, most of them, are let through before the
+            // `match`, which the size-optimised build makes a jump table.
+            if class == PLAIN {
+                continue;
+            }
+            match class {
+                OPEN => depth += 1,
                 CLOSE => {
-                    self.depth -= 1;
-                    if self.depth == 0 {
+                    depth -= 1;
+                    if depth == 0 {
                         // Arrays and objects are never captured: an `id` or
                         // `method` that is one makes the line Other.
+                        self.depth = 0;
                         self.state = State::AfterValue(level);
-                        return i;
+                        return self.after_value(level, chunk, i);
                     }
                 }
-                QUOTE => {
-                    self.state = State::Str(level, Text::Nested);
-                    return i;
-                }
+                QUOTE => match skip_string(chunk, i) {
+                    StringEnd::Quote(at) => i = at + 1,
+                    StringEnd::Newline(at) => {
+                        self.end_line(chunk, at, on_line);
+                        return at + 1;
+                    }
+                    StringEnd::Escape => {
+                        self.depth = depth;
+                        self.state = State::Escape(level, Text::Nested);
+                        return chunk.len();
+                    }
+                    StringEnd::Open => {
+                        self.depth = depth;
+                        self.state = State::Str(level, Text::Nested);
+                        return chunk.len();
+                    }
+                },
                 _ => {
                     self.end_line(chunk, i - 1, on_line);
                     return i;
                 }
+            }
+        }
+        self.depth = depth;
+        i
+    }
+
+    /// A key's opening quote is `chunk[at]`.
+    fn open_key(&mut self, level: Level, at: usize) {
+        self.key.clear();
+        self.start_capture(Target::Key, at + 1);
+        self.state = State::Str(level, Text::Key);
+    }
+
+    /// Just after a key, at `chunk[i]`: takes compact JSON's `:` and the
+    /// value's first byte here, saving two rounds of the dispatch in
+    /// `feed` per member. Anything else is left to that dispatch.
+    fn after_key(&mut self, level: Level, chunk: &[u8], mut i: usize) -> usize {
+        if chunk.get(i) == Some(&b':') {
+            self.state = State::Value(level);
+            i += 1;
+            if let Some(&b) = chunk.get(i) {
+                if !matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
+                    self.open_value(level, chunk, i);
+                    i += 1;
+                }
+            }
+        }
+        i
+    }
+
+    /// Just after a value, at `chunk[i]`: takes compact JSON's `,` and the
+    /// next key's quote here, as [`after_key`](Self::after_key) does.
+    fn after_value(&mut self, level: Level, chunk: &[u8], mut i: usize) -> usize {
+        if chunk.get(i) == Some(&b',') {
+            self.state = State::NextKey(level);
+            i += 1;
+            if chunk.get(i) == Some(&b'"') {
+                self.open_key(level, i);
+                i += 1;
             }
         }
         i
@@ -580,8 +659,19 @@ impl Scanner {
     fn close_string(&mut self, level: Level, text: Text, chunk: &[u8], at: usize) {
         match text {
             Text::Key => {
-                self.end_capture(chunk, at);
-                self.member = identify(level, &mut self.key);
+                self.member = if self.key.bytes.is_empty() {
+                    // The whole key is in this chunk.
+                    self.target = None;
+                    identify(level, &chunk[self.from..at], &mut self.key)
+                } else {
+                    // Cut by a chunk boundary: pieced together in `key`.
+                    self.end_capture(chunk, at);
+                    if self.key.over || !unescape(&mut self.key.bytes) {
+                        Member::Other
+                    } else {
+                        name(level, &self.key.bytes)
+                    }
+                };
                 self.open_member();
                 self.state = State::Colon(level);
             }
@@ -643,8 +733,8 @@ impl Scanner {
                 };
             }
             Member::Method => {
-                let decoded = !self.method.over && unescape(&mut self.method.bytes);
-                if !decoded || str::from_utf8(&self.method.bytes).is_err() {
+                // UTF-8 is checked once, when the envelope is made.
+                if self.method.over || !unescape(&mut self.method.bytes) {
                     self.method.over = true;
                 }
                 if let Some(record) = &mut self.record {
@@ -798,13 +888,35 @@ impl Scanner {
     }
 }
 
-/// Which member a key names, at `level`. The key is unescaped in place
-/// first if it has escapes (`"\u0069d"` is `id`).
-fn identify(level: Level, key: &mut Capture) -> Member {
-    if key.over || !unescape(&mut key.bytes) {
+/// Which member a raw key names, at `level`. Escaped keys (`"\u0069d"` is
+/// `id`) are unescaped into `buffer` first; the others, nearly all, are
+/// compared where they are.
+fn identify(level: Level, raw: &[u8], buffer: &mut Capture) -> Member {
+    if !has_backslash(raw) {
+        return name(level, raw);
+    }
+    if raw.len() > KEY_CAP {
         return Member::Other;
     }
-    match (level, &key.bytes[..]) {
+    buffer.bytes.clear();
+    buffer.bytes.extend_from_slice(raw);
+    if !unescape(&mut buffer.bytes) {
+        return Member::Other;
+    }
+    name(level, &buffer.bytes)
+}
+
+/// Whether a key or method (a few bytes) has a `\`. A loop rather than
+/// `contains`, which calls memchr: that call, made for every key, was 5% of
+/// the time spent scanning small messages.
+#[allow(clippy::manual_contains)]
+fn has_backslash(bytes: &[u8]) -> bool {
+    bytes.iter().any(|&b| b == b'\\')
+}
+
+/// Which member an unescaped key names, at `level`.
+fn name(level: Level, key: &[u8]) -> Member {
+    match (level, key) {
         (Level::Top, b"id") => Member::Id,
         (Level::Top, b"method") => Member::Method,
         (Level::Top, b"result") => Member::Result,
@@ -832,6 +944,60 @@ static NESTED: [u8; 256] = {
     table
 };
 
+/// Where a string that goes on at `chunk[i]` stops, as far as this chunk
+/// shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StringEnd {
+    /// Its closing quote.
+    Quote(usize),
+    /// A `\n`: JSON strings cannot hold one, so the line ends unfinished.
+    Newline(usize),
+    /// The chunk ends right after a `\`.
+    Escape,
+    /// The chunk ends inside the string.
+    Open,
+}
+
+/// Skips a string's body from `chunk[i]` on. Which escape follows a `\`
+/// does not matter to the structure (`\u1234`'s digits are plain bytes;
+/// captured values are checked when they close), so an escape just skips
+/// one byte and the search goes on from there.
+///
+/// Always inlined: the release profile optimises for size and would
+/// otherwise make a call of every short string in a nested value.
+#[inline(always)]
+fn skip_string(chunk: &[u8], mut i: usize) -> StringEnd {
+    loop {
+        let at = match find_string_stop(&chunk[i..]) {
+            Some(n) => i + n,
+            None => return StringEnd::Open,
+        };
+        match chunk[at] {
+            b'"' => return StringEnd::Quote(at),
+            b'\n' => return StringEnd::Newline(at),
+            _ => match chunk.get(at + 1) {
+                Some(b'\n') => return StringEnd::Newline(at + 1),
+                Some(_) => i = at + 2,
+                None => return StringEnd::Escape,
+            },
+        }
+    }
+}
+
+/// Bytes that end a number or literal: a delimiter (`,`, `}`,
+/// whitespace), or a byte that cannot be in one (which makes the line
+/// Other).
+static SCALAR_END: [bool; 256] = {
+    let mut table = [false; 256];
+    let ends = b",} \t\r\n\"{[]:";
+    let mut n = 0;
+    while n < ends.len() {
+        table[ends[n] as usize] = true;
+        n += 1;
+    }
+    table
+};
+
 /// `0x01` in every byte of a word.
 const ONES: u64 = u64::from_le_bytes([0x01; 8]);
 /// `0x80` in every byte of a word.
@@ -854,6 +1020,7 @@ fn zero_bytes(v: u64) -> u64 {
 /// Where the first `"`, `\` or `\n` in `hay` is: the only bytes that
 /// matter inside a string. Eight bytes at a time with word arithmetic
 /// (std only, no `unsafe`), which is what keeps long string contents cheap.
+#[inline(always)]
 fn find_string_stop(hay: &[u8]) -> Option<usize> {
     let mut words = hay.chunks_exact(8);
     let mut at = 0;
@@ -899,7 +1066,7 @@ fn find_newline(hay: &[u8]) -> Option<usize> {
 /// `\u` that is half a surrogate pair, keeps what was decoded before it and
 /// returns `false`.
 fn unescape(buf: &mut Vec<u8>) -> bool {
-    if !buf.contains(&b'\\') {
+    if !has_backslash(buf) {
         return true;
     }
     let (mut read, mut write) = (0, 0);
