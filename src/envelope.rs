@@ -95,7 +95,8 @@ pub(crate) struct Envelope<'a> {
     /// `9007199254740993`), for any kind with an `id`; `None` without one or
     /// when it is longer than [`ID_CAP`].
     pub(crate) id: Option<&'a [u8]>,
-    /// Where [`id`](Self::id) starts in the line (bytes from its first).
+    /// Where [`id`](Self::id) starts in the line, in bytes from its start
+    /// (0 when `id` is `None`).
     pub(crate) id_offset: u64,
     /// The `method`, unescaped, of a request or notification; `None` when it
     /// is longer than [`METHOD_CAP`] raw, or not valid UTF-8 once unescaped.
@@ -356,9 +357,10 @@ impl Scanner {
     /// Which lines to keep is only known once the method is, so every line
     /// is copied until something rules it out: its method is another one, a
     /// `result` or `error` member appears, it stops being an object, or it
-    /// outgrows the cap. Clients write `method` near the start, so a long
-    /// `tools/call` costs a copy of a few dozen bytes, and no line costs more
-    /// than [`RECORD_CAP`].
+    /// outgrows the cap. Bytes are copied only at a chunk's end or the
+    /// line's, and clients write `method` near the start, so a long
+    /// `tools/call` is usually ruled out before a byte is copied; no line
+    /// ever costs more than [`RECORD_CAP`].
     pub(crate) fn recording(methods: &'static [&'static str]) -> Scanner {
         let mut scanner = Scanner::new();
         scanner.record = Some(Record {
@@ -854,7 +856,9 @@ impl Scanner {
         }
         if self.seen.id {
             envelope.id = self.id.whole();
-            envelope.id_offset = self.seen.id_offset;
+            if envelope.id.is_some() {
+                envelope.id_offset = self.seen.id_offset;
+            }
         }
         if self.seen.method {
             envelope.method = self.method.whole().and_then(|m| str::from_utf8(m).ok());
