@@ -70,6 +70,7 @@ pub mod endpoint;
 mod ffi;
 pub mod handshake;
 pub mod host;
+pub mod process;
 #[cfg(unix)]
 mod readiness;
 pub mod relay;

@@ -4,7 +4,7 @@ use std::io;
 
 use futures_lite::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use super::AppServerError;
+use super::{AppServerError, IoStep};
 
 /// The default limit on one line from an app-server: 64 MiB.
 ///
@@ -59,12 +59,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             let available = match self.reader.fill_buf().await {
                 Ok(available) => available,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    return Err(AppServerError::io(
-                        "Failed reading app-server stdout",
-                        error,
-                    ))
-                }
+                Err(error) => return Err(AppServerError::io(IoStep::ReadStdout, error)),
             };
             if available.is_empty() {
                 self.skipping = false;
