@@ -276,6 +276,7 @@ impl<'a> Scan<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(unix)]
     use crate::ffi::unix::counting_allocator::live_bytes;
 
     #[test]

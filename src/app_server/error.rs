@@ -335,7 +335,7 @@ mod tests {
 
     /// One of each variant, so that the chain test cannot miss one.
     fn every_variant() -> Vec<AppServerError> {
-        let os = |kind, text| io::Error::new(kind, text);
+        let os = io::Error::new::<&str>;
         let mut all = vec![
             AppServerError::Spawn {
                 name: "codex".to_string(),
