@@ -30,9 +30,9 @@
 //!   closes stdin, then sends SIGTERM to the group, then SIGKILL, and always reaps, so
 //!   neither it nor a helper it started is left behind.
 //!
-//! The lockstep helpers ([`spawn_app_server`], [`write_json_line`],
-//! [`wait_for_response_line`], [`shutdown_child`]) serve callers that drive the stdio
-//! by hand, one exchange at a time.
+//! For callers that drive the stdio by hand, one exchange at a time: [`spawn_app_server`]
+//! (the spawning the client does), the lockstep helpers [`write_json_line`] and
+//! [`wait_for_response_line`], and [`shutdown_child`] for a child spawned elsewhere.
 //!
 //! # Example
 //!

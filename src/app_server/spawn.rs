@@ -1,4 +1,4 @@
-//! Starting an app-server child, and stopping any child the way the seed helpers did.
+//! Starting an app-server child; stopping a child spawned some other way.
 
 use std::io;
 use std::process::ExitStatus;

@@ -25,15 +25,37 @@
 //! When the child itself is gone but members of its group are not (a helper
 //! that ignores SIGTERM, or one left running when its parent exited), they get
 //! SIGTERM, then SIGKILL after the grace, so nothing of the group outlives the
-//! shutdown. Once the child has been reaped its pid, which is the group's id,
-//! stays reserved as long as any member lives, so signalling the group cannot
-//! reach a stranger; only a group that emptied and whose id was recycled as
-//! another group's, after a full wrap of the pid space, could be mistaken for
-//! it, and the group is only signalled while it is known to be ours to stop.
+//! shutdown. Signalling the group after the child was reaped is safe: the
+//! group's id (the child's pid) stays reserved while any member lives, and a
+//! group with no member left is not signalled. (Only a group that empties
+//! between that check and the signal, and whose id is recycled in that instant
+//! by another new group, could be mistaken for it.)
 //!
 //! On Windows there is no process group to lead and no polite signal: the
 //! child is terminated with `TerminateProcess` after the stdin grace, and
 //! processes it started are not followed (a job object would be the analogue).
+//!
+//! ```
+//! # #[cfg(unix)] fn main() -> std::io::Result<()> {
+//! use mcp_bridge::process::spawn_group;
+//! use std::time::Duration;
+//!
+//! smol::block_on(async {
+//!     // A server that starts a helper of its own, which ignores SIGTERM.
+//!     let mut command = std::process::Command::new("sh");
+//!     command.args(["-c", "trap '' TERM; sleep 100 & wait"]);
+//!     let mut child = spawn_group(command)?;
+//!     // ... relay over child.stdin / child.stdout, drain child.stderr ...
+//!
+//!     // stdin closed, SIGTERM, then SIGKILL to the whole group: the helper goes
+//!     // too. (A real caller would give each step `SHUTDOWN_GRACE`.)
+//!     let status = child.shutdown(Duration::from_millis(100)).await?;
+//!     assert!(!status.success());
+//!     Ok(())
+//! })
+//! # }
+//! # #[cfg(not(unix))] fn main() {}
+//! ```
 //!
 //! [`app_server`]: crate::app_server
 
@@ -173,7 +195,7 @@ impl Drop for GroupChild {
     fn drop(&mut self) {
         // The child itself is also killed by `kill_on_drop`; this reaches the
         // rest of its group.
-        if self.group && !self.stopped {
+        if self.group && !self.stopped && platform::group_alive(self.id) {
             platform::kill_group(self.id);
         }
     }
