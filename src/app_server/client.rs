@@ -47,6 +47,23 @@ const EXIT_NOTICE: Duration = Duration::from_secs(2);
 /// JSON-RPC's error code for a request that is not a valid request object.
 const INVALID_REQUEST: i64 = -32600;
 
+/// Lines from this length up (64 KiB) are checked and decoded on smol's blocking
+/// thread pool rather than on the executor. That work runs at hundreds of MB/s
+/// optimized (a few times slower in a debug build), so a 64 MiB line would otherwise
+/// hold the executor thread, and every task sharing it (other clients' routing
+/// included), for a noticeable time; below 64 KiB the hop to another thread would
+/// cost more than the work.
+const OFFLOAD_LINE: usize = 64 * 1024;
+
+/// How much routing work (line bytes, plus [`LINE_COST`] per line) the reader does
+/// before it lets other tasks run: 1 MiB, a fraction of a millisecond optimized.
+const YIELD_AFTER: usize = 1024 * 1024;
+
+/// What routing one line costs beyond its bytes, in the same units: classifying it,
+/// decoding small members, taking a lock. Counted as 1 KiB, so a flood of tiny lines
+/// yields every thousand or so.
+const LINE_COST: usize = 1024;
+
 type Reader = Pin<Box<dyn AsyncRead + Send>>;
 type Writer = Pin<Box<dyn AsyncWrite + Send>>;
 type Outcome = Result<Value, AppServerError>;
@@ -607,58 +624,104 @@ async fn run_connection<E>(
 
 /// Routes lines until stdout ends or a line ends the connection; returns why it ended.
 async fn read_until_closed(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     lines: &mut LineReader<Reader>,
     queue: &InboxSender,
 ) -> AppServerError {
+    let mut since_yield = 0usize;
     loop {
         let line = match lines.next_line().await {
             Ok(Some(line)) => line,
             Ok(None) => return AppServerError::terminated(),
             Err(error) => return error,
         };
-        if let Err(error) = route(shared, &line, queue) {
+        since_yield += line.len() + LINE_COST;
+        let limit = queue.limit();
+        let routed = if line.len() < OFFLOAD_LINE {
+            Routed::from_line(shared, &line, limit)
+        } else {
+            let shared = shared.clone();
+            smol::unblock(move || Routed::from_line(&shared, &line, limit)).await
+        };
+        if let Err(error) = routed.and_then(|routed| routed.deliver(shared, queue)) {
             return error;
+        }
+        // A child that writes faster than we route would otherwise keep this task
+        // from ever returning to the executor, starving every task that shares it.
+        if since_yield >= YIELD_AFTER {
+            since_yield = 0;
+            future::yield_now().await;
         }
     }
 }
 
-/// Hands one line to the request it answers or to the incoming queue, without waiting.
-fn route(shared: &Shared, line: &[u8], queue: &InboxSender) -> Result<(), AppServerError> {
-    let limit = queue.limit();
-    let decoded = match Message::classify(line) {
-        None => None,
-        Some(Message::InvalidRequest) => {
-            shared.owe_invalid_request_answer();
-            return Ok(());
-        }
-        Some(Message::Response { id, outcome }) => {
-            // A late answer (its request timed out) is never decoded.
-            if !shared.is_waiting(&id) {
-                return Ok(());
+/// One line from the child, decoded as far as the caller will need and ready to hand
+/// over.
+enum Routed {
+    /// Not a JSON-RPC message, or a member that cannot be decoded: counted, skipped.
+    Invalid,
+    /// A request whose id cannot be answered by: it gets "Invalid Request".
+    InvalidRequest,
+    /// A response that nobody waits for any more (its request timed out): dropped
+    /// without decoding.
+    Late,
+    Response(RequestId, Outcome),
+    /// A notification or request for the queue, and the decoded size of its params.
+    Incoming(Incoming, usize),
+}
+
+impl Routed {
+    /// Classifies `line` and decodes the member it delivers, refusing (before decoding)
+    /// one that would hold more than `limit` bytes.
+    fn from_line(shared: &Shared, line: &[u8], limit: usize) -> Result<Routed, AppServerError> {
+        let routed = match Message::classify(line) {
+            None => Routed::Invalid,
+            Some(Message::InvalidRequest) => Routed::InvalidRequest,
+            Some(Message::Response { id, outcome }) => {
+                if !shared.is_waiting(&id) {
+                    return Ok(Routed::Late);
+                }
+                let outcome = match outcome {
+                    Ok(result) => decode(result, limit)?.map(|(result, _)| Ok(result)),
+                    Err(error) => decode(error, limit)?
+                        .map(|(error, _)| Err(AppServerError::from_error_object(&error))),
+                };
+                match outcome {
+                    Some(outcome) => Routed::Response(id, outcome),
+                    None => Routed::Invalid,
+                }
             }
-            let outcome = match outcome {
-                Ok(result) => decode(result, limit)?.map(|(result, _)| Ok(result)),
-                Err(error) => decode(error, limit)?
-                    .map(|(error, _)| Err(AppServerError::from_error_object(&error))),
-            };
-            match outcome {
-                Some(outcome) => shared.complete(&id, outcome),
-                None => shared.count_invalid(),
-            }
-            return Ok(());
+            Some(Message::Notification { method, params }) => match decode_params(params, limit)? {
+                Some((params, size)) => {
+                    Routed::Incoming(Incoming::Notification { method, params }, size)
+                }
+                None => Routed::Invalid,
+            },
+            Some(Message::Request { id, method, params }) => match decode_params(params, limit)? {
+                Some((params, size)) => {
+                    Routed::Incoming(Incoming::Request { id, method, params }, size)
+                }
+                None => Routed::Invalid,
+            },
+        };
+        Ok(routed)
+    }
+
+    /// Hands the message over without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`AppServerError::IncomingFull`] if the queue has no room, which ends the
+    /// connection.
+    fn deliver(self, shared: &Shared, queue: &InboxSender) -> Result<(), AppServerError> {
+        match self {
+            Routed::Invalid => shared.count_invalid(),
+            Routed::InvalidRequest => shared.owe_invalid_request_answer(),
+            Routed::Late => {}
+            Routed::Response(id, outcome) => shared.complete(&id, outcome),
+            Routed::Incoming(message, size) => queue.push(message, size)?,
         }
-        Some(Message::Notification { method, params }) => decode_params(params, limit)?
-            .map(|(params, size)| (Incoming::Notification { method, params }, size)),
-        Some(Message::Request { id, method, params }) => decode_params(params, limit)?
-            .map(|(params, size)| (Incoming::Request { id, method, params }, size)),
-    };
-    match decoded {
-        Some((message, size)) => queue.push(message, size),
-        None => {
-            shared.count_invalid();
-            Ok(())
-        }
+        Ok(())
     }
 }
 
