@@ -56,6 +56,8 @@ pub(crate) fn lead_new_process_group(command: &mut std::process::Command) {
 /// what each thread has allocated and not yet freed, so that a test can weigh
 /// the data structure it just built while other tests run beside it.
 #[cfg(test)]
+// Clippy 1.63 takes `thread_local!`'s const initializer for an interior-mutable const.
+#[allow(clippy::declare_interior_mutable_const)]
 pub(crate) mod counting_allocator {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
