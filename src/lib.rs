@@ -70,6 +70,7 @@ mod envelope;
 mod ffi;
 pub mod handshake;
 pub mod host;
+pub mod process;
 #[cfg(unix)]
 mod readiness;
 pub mod relay;

@@ -2,23 +2,26 @@
 //! standing in for an app-server.
 #![cfg(unix)]
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
+use std::future::Future;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use futures_lite::io::Cursor;
 use mcp_bridge::app_server::{
-    shutdown_child, spawn_runtime_command, wait_for_response_line, write_json_line,
-    AppServerClient, AppServerError, Incoming, LineReader, RequestId, STDERR_TAIL_BYTES,
+    shutdown_child, spawn_app_server, wait_for_response_line, write_json_line, AppServerClient,
+    AppServerError, Inbox, Incoming, LineReader, RequestId, MAX_INCOMING_MEMORY, STDERR_TAIL_BYTES,
 };
 use rustix::process::{test_kill_process, Pid};
 use serde_json::{json, Value};
-use smol::channel::Receiver;
 
 /// A budget no healthy run comes near; only a hang exceeds it.
 const GENEROUS: Duration = Duration::from_secs(30);
+
+/// A shutdown grace for children that are expected to exit at end of input, so that a
+/// test never waits out the default one.
+const SHORT_GRACE: Duration = Duration::from_millis(100);
 
 /// An app-server in `sh`: answers every request with its own params as the result.
 /// Requests arrive with sorted keys, so `params` is last.
@@ -39,26 +42,26 @@ fn spawn_client(script: &str) -> AppServerClient {
         .expect("sh should spawn")
 }
 
-/// The next message from the child; fails the test instead of hanging it.
-async fn next_incoming(incoming: &Receiver<Incoming>) -> Incoming {
+/// `work`'s output; fails the test instead of hanging it.
+async fn guarded<T>(what: &str, work: impl Future<Output = T>) -> T {
     let expire = async {
         smol::Timer::after(GENEROUS).await;
-        panic!("no message from the child within {:?}", GENEROUS)
+        panic!("{} did not finish within {:?}", what, GENEROUS)
     };
-    future::or(
-        async { incoming.recv().await.expect("incoming closed") },
-        expire,
-    )
+    future::or(work, expire).await
+}
+
+/// The next message from the child; fails the test instead of hanging it.
+async fn next_incoming(incoming: &Inbox) -> Incoming {
+    guarded("receiving", async {
+        incoming.recv().await.expect("incoming closed")
+    })
     .await
 }
 
-/// Whether the incoming channel closes (after yielding nothing more) in good time.
-async fn closes(incoming: &Receiver<Incoming>) -> bool {
-    let expire = async {
-        smol::Timer::after(GENEROUS).await;
-        false
-    };
-    future::or(async { incoming.recv().await.is_err() }, expire).await
+/// Whether the incoming queue closes (after yielding nothing more) in good time.
+async fn closes(incoming: &Inbox) -> bool {
+    guarded("closing", async { incoming.recv().await.is_err() }).await
 }
 
 fn assert_reaped(pid: u32) {
@@ -71,12 +74,52 @@ fn assert_reaped(pid: u32) {
     );
 }
 
-// ---- Seed-shaped helpers ----
+/// Whether `pid` is still running: gone, or a zombie its new parent has yet to reap,
+/// both count as stopped.
+fn is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid)) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => Pid::from_raw(pid as i32).map_or(false, |pid| test_kill_process(pid).is_ok()),
+    }
+}
+
+/// Waits until `pid` has stopped running; fails the test if it never does.
+async fn stops_running(pid: u32) {
+    guarded("a helper stopping", async {
+        while is_running(pid) {
+            smol::Timer::after(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// This process's resident memory in KiB: `VmRSS` (now) or `VmHWM` (its peak).
+fn memory_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .expect("the field is there");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Far above what the bounded client needs (at most ~320 MiB in theory, ~150 MiB
+/// measured with the tests beside it) and far below what the unbounded one reached
+/// (0.8–1 GB for the same children).
+const MEMORY_CEILING_KIB: u64 = 600 * 1024;
+
+// ---- Lockstep helpers ----
 
 #[test]
 fn write_json_line_writes_one_compact_line() {
     smol::block_on(async {
-        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
+        let mut process = spawn_app_server(Command::new("cat"), "cat").unwrap();
         let payload = json!({"id": "req-1", "method": "initialize", "params": {"value": 1}});
 
         write_json_line(&mut process.stdin, &payload).await.unwrap();
@@ -86,7 +129,7 @@ fn write_json_line_writes_one_compact_line() {
 
         assert_eq!(echoed, payload.to_string().into_bytes());
         assert_eq!(lines.next_line().await.unwrap(), None);
-        let status = shutdown_child(&mut process.child).await.unwrap();
+        let status = process.child.shutdown(SHORT_GRACE).await.unwrap();
         assert!(status.success());
     })
 }
@@ -129,7 +172,7 @@ fn wait_for_response_line_reports_termination_at_end_of_stream() {
 #[test]
 fn wait_for_response_line_times_out_on_a_silent_child() {
     smol::block_on(async {
-        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
+        let mut process = spawn_app_server(Command::new("cat"), "cat").unwrap();
         let mut lines = LineReader::new(process.stdout);
 
         let error = wait_for_response_line(&mut lines, &7.into(), Duration::from_millis(200))
@@ -141,13 +184,13 @@ fn wait_for_response_line_times_out_on_a_silent_child() {
             "Timed out waiting for app-server response `7` after 0.2 seconds"
         );
         drop(process.stdin);
-        assert!(shutdown_child(&mut process.child).await.unwrap().success());
+        assert!(process.child.shutdown(SHORT_GRACE).await.unwrap().success());
     })
 }
 
 #[test]
-fn spawn_failure_names_the_runtime() {
-    let error = spawn_runtime_command(Command::new("/nonexistent/app-server"), "codex")
+fn spawn_failure_names_the_app_server() {
+    let error = spawn_app_server(Command::new("/nonexistent/app-server"), "codex")
         .map(|_| ())
         .unwrap_err();
 
@@ -157,107 +200,28 @@ fn spawn_failure_names_the_runtime() {
         "{}",
         error
     );
-    assert!(std::error::Error::source(&error).is_some());
+    assert_eq!(
+        error.io_error().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::NotFound)
+    );
 }
 
-// ---- Shutdown ----
-
+/// The original helpers' `shutdown_child` still stops a child spawned some other way.
 #[test]
-fn shutdown_reaps_a_child_that_exits_at_end_of_input() {
+fn shutdown_child_stops_and_reaps_a_child_spawned_elsewhere() {
     smol::block_on(async {
-        let mut process = spawn_runtime_command(Command::new("cat"), "cat").unwrap();
-        let pid = process.child.id();
-        drop(process.stdin);
+        let mut child = smol::process::Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
 
-        let status = shutdown_child(&mut process.child).await.unwrap();
+        let status = shutdown_child(&mut child).await.unwrap();
 
-        assert!(status.success());
+        assert!(status.success(), "{:?}", status);
         assert_reaped(pid);
     })
-}
-
-#[test]
-fn shutdown_sends_sigterm_to_a_child_that_ignores_end_of_input() {
-    smol::block_on(async {
-        let mut command = Command::new("sleep");
-        command.arg("60");
-        let mut process = spawn_runtime_command(command, "sleep").unwrap();
-        let pid = process.child.id();
-        drop(process.stdin);
-        let start = Instant::now();
-
-        let status = shutdown_child(&mut process.child).await.unwrap();
-
-        assert_eq!(status.signal(), Some(libc_sigterm()), "{:?}", status);
-        assert!(start.elapsed() < GENEROUS);
-        assert_reaped(pid);
-    })
-}
-
-#[test]
-fn shutdown_kills_a_child_that_ignores_sigterm() {
-    smol::block_on(async {
-        let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
-        let mut process = spawn_runtime_command(sh(script), "stubborn").unwrap();
-        let pid = process.child.id();
-        let mut lines = LineReader::new(process.stdout);
-        // The trap is in place once the child says so.
-        assert_eq!(lines.next_line().await.unwrap(), Some(b"ready".to_vec()));
-        drop(process.stdin);
-
-        let status = shutdown_child(&mut process.child).await.unwrap();
-
-        assert_eq!(status.signal(), Some(libc_sigkill()), "{:?}", status);
-        assert_reaped(pid);
-    })
-}
-
-#[cfg(target_os = "linux")]
-#[test]
-fn shutdown_signals_the_process_group_of_a_child_that_leads_one() {
-    smol::block_on(async {
-        // `setsid` makes the shell lead a new group; its `sleep` helper is in it too.
-        let mut command = Command::new("setsid");
-        command.args(["sh", "-c", "sleep 60 & echo $!; wait"]);
-        let mut process = spawn_runtime_command(command, "group-leader").unwrap();
-        let mut lines = LineReader::new(process.stdout);
-        let helper = lines.next_line().await.unwrap().unwrap();
-        let helper: u32 = String::from_utf8(helper).unwrap().parse().unwrap();
-        drop(process.stdin);
-
-        let status = shutdown_child(&mut process.child).await.unwrap();
-
-        assert_eq!(status.signal(), Some(libc_sigterm()), "{:?}", status);
-        // The helper was not our child, so its parent now reaps it (or, in a container
-        // whose init does not reap, leaves a zombie): either way it stopped running.
-        let deadline = Instant::now() + GENEROUS;
-        while is_running(helper) {
-            assert!(Instant::now() < deadline, "helper {} survived", helper);
-            smol::Timer::after(Duration::from_millis(20)).await;
-        }
-    })
-}
-
-#[cfg(target_os = "linux")]
-fn is_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{}/stat", pid)) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-fn libc_sigterm() -> i32 {
-    rustix::process::Signal::TERM.as_raw()
-}
-
-fn libc_sigkill() -> i32 {
-    rustix::process::Signal::KILL.as_raw()
 }
 
 // ---- The multiplexing client ----
@@ -651,5 +615,196 @@ fn a_client_over_plain_streams_reads_until_they_end() {
         );
         assert_eq!(client.process_id(), None);
         assert!(client.shutdown().await.unwrap().is_none());
+    })
+}
+
+// ---- Faults the client bounds ----
+
+/// A child that floods notifications while the caller awaits a response (the README's
+/// order: request first, receive after) once drove the process to gigabytes. The
+/// queue is bounded by memory, and filling it ends the connection with an error naming
+/// the bound, instead of growing or stalling the response.
+#[test]
+fn a_flood_of_notifications_while_a_request_waits_ends_at_the_memory_limit() {
+    smol::block_on(async {
+        // A million small notifications: ~36 MB of text, ~800 MB once decoded.
+        let script = r#"IFS= read -r request
+        yes '{"method":"flood","params":{"n":1}}' | head -n 1000000
+        printf '{"id":1,"result":"done"}\n'
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+        let incoming = client.incoming();
+
+        let error = client.request("ping", Value::Null).await.unwrap_err();
+
+        assert!(
+            matches!(error, AppServerError::IncomingFull { limit } if limit == MAX_INCOMING_MEMORY),
+            "{:?}",
+            error
+        );
+        assert!(incoming.memory() <= MAX_INCOMING_MEMORY);
+        let rss = memory_kib("VmRSS:");
+        assert!(rss < MEMORY_CEILING_KIB, "resident {} KiB", rss);
+        // What was queued before the limit is still there to receive, in order.
+        assert_eq!(next_incoming(&incoming).await.method(), "flood");
+    })
+}
+
+/// A single valid 60 MB line of small values decodes to about 1 GB; the 64 MiB line
+/// limit did not bound that. Its decoded size is weighed from its text and the line
+/// is refused before anything is decoded.
+#[test]
+fn a_60_mb_line_of_small_values_is_refused_before_it_is_decoded() {
+    smol::block_on(async {
+        let script = r#"IFS= read -r request
+        printf '{"method":"big","params":['
+        yes '0,' | head -n 30000000 | tr -d '\n'
+        printf '0]}\n{"id":1,"result":"done"}\n'
+        cat > /dev/null"#;
+        // Checking 60 MB of JSON takes ~15 s in an unoptimized test build, so this
+        // request's hang guard is longer than the others'.
+        let client = AppServerClient::builder()
+            .request_timeout(4 * GENEROUS)
+            .spawn(sh(script), "big-line")
+            .unwrap();
+
+        let error = client.request("ping", Value::Null).await.unwrap_err();
+
+        assert!(
+            matches!(error, AppServerError::MessageTooLarge { limit } if limit == MAX_INCOMING_MEMORY),
+            "{:?}",
+            error
+        );
+        let peak = memory_kib("VmHWM:");
+        assert!(peak < MEMORY_CEILING_KIB, "peak resident {} KiB", peak);
+    })
+}
+
+/// The memory limit is on decoded size, not on text: a large string, as a whole
+/// file's diff would be, decodes to little more than its text and gets through.
+#[test]
+fn a_20_mb_string_parameter_is_delivered_whole() {
+    smol::block_on(async {
+        let script = r#"IFS= read -r request
+        printf '{"method":"diff","params":{"text":"'
+        head -c 20000000 /dev/zero | tr '\0' x
+        printf '"}}\n{"id":1,"result":"done"}\n'
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+
+        let result = client.request("ping", Value::Null).await;
+
+        assert_eq!(result.unwrap(), json!("done"));
+        match client
+            .incoming()
+            .try_recv()
+            .expect("queued before the response")
+        {
+            Incoming::Notification { method, params } => {
+                assert_eq!(method, "diff");
+                let text = params["text"].as_str().unwrap();
+                assert_eq!(text.len(), 20_000_000);
+                assert!(text.bytes().all(|byte| byte == b'x'));
+            }
+            other => panic!("expected a notification, got {:?}", other),
+        }
+    })
+}
+
+/// `sh -c "helper & exit 3"`: the child is gone but the helper holds its stdout, so
+/// stdout never ends. Its exit alone must fail pending requests (they used to wait out
+/// their timeout), and shutting down stops the helper it left behind.
+#[test]
+fn a_child_that_exits_while_a_helper_holds_its_stdout_fails_requests_at_once() {
+    smol::block_on(async {
+        let client = spawn_client("IFS= read -r request; sleep 120 & echo $! >&2; exit 3");
+
+        let error = client.request("ping", Value::Null).await.unwrap_err();
+
+        assert!(
+            matches!(error, AppServerError::ProcessTerminated { .. }),
+            "{:?}",
+            error
+        );
+        let helper: u32 = error
+            .stderr_tail()
+            .expect("the helper's pid was written to stderr")
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(is_running(helper), "the helper runs until shutdown");
+        let status = client
+            .shutdown()
+            .await
+            .unwrap()
+            .expect("a child was spawned");
+        assert_eq!(status.code(), Some(3));
+        stops_running(helper).await;
+    })
+}
+
+/// A child that stops reading its stdin: the request times out, and the writes after
+/// it (which wait behind its unfinished line) must time out too instead of blocking
+/// for ever.
+#[test]
+fn writes_to_a_child_that_never_reads_give_up_after_the_timeout() {
+    smol::block_on(async {
+        let timeout = Duration::from_millis(300);
+        let client = AppServerClient::builder()
+            .request_timeout(timeout)
+            .spawn(sh("exec sleep 1000"), "deaf")
+            .unwrap();
+        // Far more than a pipe holds, so the line cannot be written whole.
+        let big = "x".repeat(1 << 20);
+
+        let theirs = RequestId::from(7);
+
+        let request = guarded("the request", client.request("big", json!([big]))).await;
+        let notify = guarded("notify", client.notify("initialized", Value::Null)).await;
+        let respond = guarded("respond", client.respond(&theirs, Value::Null)).await;
+        let refuse = guarded(
+            "respond_error",
+            client.respond_error(&theirs, 1, "no", None),
+        )
+        .await;
+
+        assert!(
+            matches!(request, Err(AppServerError::Timeout { .. })),
+            "{:?}",
+            request
+        );
+        for written in [notify, respond, refuse] {
+            assert!(
+                matches!(written, Err(AppServerError::WriteTimeout { timeout: t }) if t == timeout),
+                "{:?}",
+                written
+            );
+        }
+    })
+}
+
+/// JSON-RPC requests whose id is `null` or not a string or number cannot be answered
+/// by id; the child waits for an answer all the same. They get the specification's
+/// "Invalid Request" error with a `null` id instead of silence.
+#[test]
+fn a_child_request_with_an_invalid_id_gets_an_invalid_request_error() {
+    smol::block_on(async {
+        // Returns the two answers it gets as the result of our request.
+        let script = r#"IFS= read -r request
+        printf '{"id":null,"method":"bad/null"}\n{"id":[7],"method":"bad/array"}\n'
+        IFS= read -r first; IFS= read -r second
+        printf '{"id":1,"result":[%s,%s]}\n' "$first" "$second"
+        cat > /dev/null"#;
+        let client = spawn_client(script);
+
+        let result = client.request("ping", Value::Null).await.unwrap();
+
+        let invalid = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": "Invalid Request"},
+        });
+        assert_eq!(result, json!([invalid, invalid]));
+        assert!(client.incoming().is_empty(), "not delivered as requests");
     })
 }

@@ -2,36 +2,67 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use serde_json::Value;
+use serde_json::{json, Value};
 use smol::channel::{self, Receiver, Sender};
-use smol::process::Child;
-use smol::{Task, Timer};
+use smol::Task;
 
-use super::message::{envelope, Message};
+use super::envelope::decoded_size;
+use super::inbox::{inbox, InboxSender};
+use super::message::{compose, Message};
 use super::{
-    shutdown_child, spawn_runtime_command, AppServerError, Incoming, LineReader, RequestId,
-    StderrTail, MAX_LINE_LENGTH, STARTUP_TIMEOUT,
+    spawn_app_server, AppServerError, Inbox, Incoming, IoStep, LineReader, RequestId, StderrTail,
+    MAX_INCOMING_MEMORY, MAX_LINE_LENGTH, STARTUP_TIMEOUT,
 };
+use crate::process::{GroupChild, SHUTDOWN_GRACE};
+use crate::wait;
 
 /// How long a child that closed stdout gets to finish writing stderr before pending
 /// requests are failed with what it said so far. A crashing child closes both at once;
 /// the bound only matters when a grandchild inherited stderr and keeps it open.
 const STDERR_SETTLE: Duration = Duration::from_millis(200);
 
+/// How long, once the child has exited, its stdout may stay open before the connection
+/// ends anyway. Normally stdout closes with the exit; a grandchild that inherited it
+/// (`sh -c "helper & exit 3"`) would otherwise keep every pending request waiting for
+/// its full timeout. Within this time the reader still takes in what the child wrote
+/// just before exiting: at most a pipe's worth, which takes microseconds.
+const EXIT_SETTLE: Duration = Duration::from_millis(200);
+
 /// How long a request whose write failed waits to learn that the child exited, so that
 /// it can report that (with the child's stderr) instead of the bare write error. A
 /// child that closed its stdin is usually on its way out; two seconds let a busy
 /// machine finish the exit, and only a child that closes stdin yet lives on costs it.
 const EXIT_NOTICE: Duration = Duration::from_secs(2);
+
+/// JSON-RPC's error code for a request that is not a valid request object.
+const INVALID_REQUEST: i64 = -32600;
+
+/// Lines from this length up (64 KiB) are checked and decoded on smol's blocking
+/// thread pool rather than on the executor. That work runs at hundreds of MB/s
+/// optimized (a few times slower in a debug build), so a 64 MiB line would otherwise
+/// hold the executor thread, and every task sharing it (other clients' routing
+/// included), for a noticeable time; below 64 KiB the hop to another thread would
+/// cost more than the work.
+const OFFLOAD_LINE: usize = 64 * 1024;
+
+/// How much routing work (line bytes, plus [`LINE_COST`] per line) the reader does
+/// before it lets other tasks run: 1 MiB, a fraction of a millisecond optimized.
+const YIELD_AFTER: usize = 1024 * 1024;
+
+/// What routing one line costs beyond its bytes, in the same units: classifying it,
+/// decoding small members, taking a lock. Counted as 1 KiB, so a flood of tiny lines
+/// yields every thousand or so.
+const LINE_COST: usize = 1024;
 
 type Reader = Pin<Box<dyn AsyncRead + Send>>;
 type Writer = Pin<Box<dyn AsyncWrite + Send>>;
@@ -42,24 +73,38 @@ type Outcome = Result<Value, AppServerError>;
 /// A background task on smol's global executor reads the child's stdout for as long as
 /// it is open. Each response is handed to the request with its id, in whatever order
 /// the child answers. Everything else the child says, notifications and its own
-/// requests, is queued on the [`incoming`](Self::incoming) channel in the order it was
+/// requests, is queued on the [`incoming`](Self::incoming) queue in the order it was
 /// written, so by the time a request returns, every message the child wrote before the
-/// response is already in that queue. The queue is unbounded, so that a caller busy
-/// awaiting a response can never stall the reader and with it that very response;
-/// keep receiving from it.
+/// response is already in that queue.
 ///
-/// When stdout ends (normally: the child exited), every pending request fails at once
-/// with [`AppServerError::ProcessTerminated`], carrying the tail of the child's stderr,
-/// and so does every later request.
+/// Memory is bounded: one line is at most
+/// [`max_line_length`](ClientBuilder::max_line_length) bytes; only the member a caller
+/// receives (`params`, `result` or `error`) is ever decoded, and only if its decoded
+/// form fits in [`max_incoming_memory`](ClientBuilder::max_incoming_memory); the
+/// messages waiting in `incoming` hold at most that much together. With the defaults
+/// the client holds at most about 320 MiB (64 MiB of line, 128 MiB being decoded,
+/// 128 MiB queued), plus the results the caller keeps. A child that exceeds a limit
+/// ends the connection with an error naming it ([`AppServerError::LineTooLong`],
+/// [`MessageTooLarge`](AppServerError::MessageTooLarge),
+/// [`IncomingFull`](AppServerError::IncomingFull)): the reader never waits for the
+/// caller, so a caller busy awaiting a response can never stall it.
 ///
-/// Dropping the client stops the reader and kills the child; [`shutdown`](Self::shutdown)
-/// first asks it to exit.
+/// When the child exits (or its stdout ends), every pending request fails at once with
+/// [`AppServerError::ProcessTerminated`], carrying the tail of the child's stderr, and
+/// so does every later request. A request from the child whose `id` is not a string or
+/// an integer is answered with JSON-RPC's "Invalid Request" error, since it cannot be
+/// answered by its id.
+///
+/// Every write waits at most the client's request timeout for the child to read it.
+/// Dropping the client stops the reader and kills the child and its process group;
+/// [`shutdown`](Self::shutdown) first asks it to exit.
 pub struct AppServerClient {
     shared: Arc<Shared>,
-    incoming: Receiver<Incoming>,
-    child: Option<Child>,
+    incoming: Inbox,
+    child: Option<GroupChild>,
     request_timeout: Duration,
-    _reader: Task<()>,
+    _connection: Task<()>,
+    answers: Option<Task<()>>,
 }
 
 /// Settings for an [`AppServerClient`]; made by [`AppServerClient::builder`].
@@ -67,12 +112,14 @@ pub struct AppServerClient {
 pub struct ClientBuilder {
     request_timeout: Duration,
     max_line_length: usize,
+    max_incoming_memory: usize,
     jsonrpc_version: bool,
 }
 
 impl ClientBuilder {
     /// How long [`AppServerClient::request`] waits for a response, including the time to
-    /// write the request. Defaults to [`STARTUP_TIMEOUT`].
+    /// write the request, and how long any other write (a notification, an answer) may
+    /// wait for the child to read it. Defaults to [`STARTUP_TIMEOUT`].
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -87,6 +134,16 @@ impl ClientBuilder {
         self
     }
 
+    /// The most memory, in bytes, that the messages waiting in
+    /// [`incoming`](AppServerClient::incoming) may hold together, and that any one
+    /// decoded message may hold. Defaults to [`MAX_INCOMING_MEMORY`], which explains how
+    /// it is measured. Exceeding it ends the connection with
+    /// [`AppServerError::IncomingFull`] or [`AppServerError::MessageTooLarge`].
+    pub fn max_incoming_memory(mut self, limit: usize) -> Self {
+        self.max_incoming_memory = limit;
+        self
+    }
+
     /// Leaves `"jsonrpc":"2.0"` out of outgoing messages, as Codex's app-server protocol
     /// does. Incoming messages are accepted with or without it either way.
     pub fn omit_jsonrpc_version(mut self) -> Self {
@@ -94,17 +151,17 @@ impl ClientBuilder {
         self
     }
 
-    /// Spawns `command` with [`spawn_runtime_command`] and connects to it.
+    /// Spawns `command` with [`spawn_app_server`] and connects to it.
     ///
     /// # Errors
     ///
-    /// As for [`spawn_runtime_command`].
+    /// As for [`spawn_app_server`].
     pub fn spawn(
         self,
         command: std::process::Command,
-        runtime_name: &str,
+        name: &str,
     ) -> Result<AppServerClient, AppServerError> {
-        let process = spawn_runtime_command(command, runtime_name)?;
+        let process = spawn_app_server(command, name)?;
         Ok(self.start(
             Box::pin(process.stdout),
             Box::pin(process.stdin),
@@ -127,9 +184,10 @@ impl ClientBuilder {
         self,
         reader: Reader,
         writer: Writer,
-        child: Option<Child>,
+        child: Option<GroupChild>,
         stderr: Option<StderrTail>,
     ) -> AppServerClient {
+        let (doorbell, rung) = channel::bounded(1);
         let shared = Arc::new(Shared {
             outbox: smol::lock::Mutex::new(Outbox {
                 writer: Some(writer),
@@ -140,32 +198,38 @@ impl ClientBuilder {
             next_id: AtomicI64::new(1),
             invalid_lines: AtomicU64::new(0),
             jsonrpc_version: self.jsonrpc_version,
+            write_timeout: self.request_timeout,
             stderr,
+            unanswered: AtomicUsize::new(0),
+            doorbell,
         });
-        let (incoming_sender, incoming) = channel::unbounded();
+        let (queue, incoming) = inbox(self.max_incoming_memory);
         let lines = LineReader::with_max_line_length(reader, self.max_line_length);
-        let reader = smol::spawn(read_until_closed(shared.clone(), lines, incoming_sender));
+        let exited = child.as_ref().map(GroupChild::exited);
+        let connection = smol::spawn(run_connection(shared.clone(), lines, queue, exited));
+        let answers = smol::spawn(answer_invalid_requests(shared.clone(), rung));
         AppServerClient {
             shared,
             incoming,
             child,
             request_timeout: self.request_timeout,
-            _reader: reader,
+            _connection: connection,
+            answers: Some(answers),
         }
     }
 }
 
 impl AppServerClient {
-    /// Spawns `command` as an app-server called `runtime_name`, with default settings.
+    /// Spawns `command` as an app server called `name`, with default settings.
     ///
     /// # Errors
     ///
-    /// As for [`spawn_runtime_command`].
+    /// As for [`spawn_app_server`].
     pub fn spawn(
         command: std::process::Command,
-        runtime_name: &str,
+        name: &str,
     ) -> Result<AppServerClient, AppServerError> {
-        Self::builder().spawn(command, runtime_name)
+        Self::builder().spawn(command, name)
     }
 
     /// Default settings, to adjust before spawning or connecting.
@@ -173,6 +237,7 @@ impl AppServerClient {
         ClientBuilder {
             request_timeout: STARTUP_TIMEOUT,
             max_line_length: MAX_LINE_LENGTH,
+            max_incoming_memory: MAX_INCOMING_MEMORY,
             jsonrpc_version: true,
         }
     }
@@ -188,7 +253,8 @@ impl AppServerClient {
     /// [`AppServerError::ErrorResponse`] if the child answered with an error,
     /// [`AppServerError::ProcessTerminated`] if it exited first,
     /// [`AppServerError::Timeout`] if it took too long, [`AppServerError::Io`] if the
-    /// request could not be written.
+    /// request could not be written, and the error that ended the connection if one
+    /// did.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, AppServerError> {
         self.request_with_timeout(method, params, self.request_timeout)
             .await
@@ -216,7 +282,7 @@ impl AppServerClient {
             shared: &self.shared,
             id: &id,
         };
-        let message = self.envelope(vec![
+        let message = self.compose(vec![
             ("id", Value::from(id.clone())),
             ("method", Value::from(method)),
             ("params", params),
@@ -231,50 +297,53 @@ impl AppServerClient {
             if let Err(write_error) = self.shared.send(&message).await {
                 // Usually a broken pipe: the child died, and its reader is about to say
                 // so with the child's stderr, which explains more than "Broken pipe".
-                let give_up = async {
-                    Timer::after(EXIT_NOTICE).await;
-                    Err(write_error)
-                };
-                return future::or(answer, give_up).await;
+                return wait::timeout(EXIT_NOTICE, answer)
+                    .await
+                    .unwrap_or(Err(write_error));
             }
             answer.await
         };
-        let expire = async {
-            Timer::after(timeout).await;
-            Err(AppServerError::Timeout {
+        match wait::timeout(timeout, exchange).await {
+            Some(outcome) => outcome,
+            None => Err(AppServerError::Timeout {
                 response_id: id.clone(),
                 timeout,
                 stderr_tail: self.stderr_tail().unwrap_or_default(),
-            })
-        };
-        future::or(exchange, expire).await
+            }),
+        }
     }
 
     /// Sends a notification: a message with no id, which the child does not answer.
     ///
     /// # Errors
     ///
-    /// [`AppServerError::Io`] if it could not be written.
+    /// [`AppServerError::Io`] if it could not be written,
+    /// [`AppServerError::WriteTimeout`] if the child did not read it within the
+    /// client's request timeout.
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), AppServerError> {
-        let message = self.envelope(vec![("method", Value::from(method)), ("params", params)]);
-        self.shared.send(&message).await
+        let message = self.compose(vec![("method", Value::from(method)), ("params", params)]);
+        self.shared
+            .send_within(&message, self.request_timeout)
+            .await
     }
 
     /// Answers the child's request `id` (see [`Incoming::Request`]) with `result`.
     ///
     /// # Errors
     ///
-    /// [`AppServerError::Io`] if the answer could not be written.
+    /// As for [`notify`](Self::notify).
     pub async fn respond(&self, id: &RequestId, result: Value) -> Result<(), AppServerError> {
-        let message = self.envelope(vec![("id", Value::from(id.clone())), ("result", result)]);
-        self.shared.send(&message).await
+        let message = self.compose(vec![("id", Value::from(id.clone())), ("result", result)]);
+        self.shared
+            .send_within(&message, self.request_timeout)
+            .await
     }
 
     /// Answers the child's request `id` with a JSON-RPC error object.
     ///
     /// # Errors
     ///
-    /// [`AppServerError::Io`] if the answer could not be written.
+    /// As for [`notify`](Self::notify).
     pub async fn respond_error(
         &self,
         id: &RequestId,
@@ -282,20 +351,23 @@ impl AppServerClient {
         message: &str,
         data: Option<Value>,
     ) -> Result<(), AppServerError> {
-        let mut error = serde_json::json!({ "code": code, "message": message });
+        let mut error = json!({ "code": code, "message": message });
         if let Some(data) = data {
             error["data"] = data;
         }
-        let message = self.envelope(vec![("id", Value::from(id.clone())), ("error", error)]);
-        self.shared.send(&message).await
+        let message = self.compose(vec![("id", Value::from(id.clone())), ("error", error)]);
+        self.shared
+            .send_within(&message, self.request_timeout)
+            .await
     }
 
     /// The notifications and requests the child sends, in the order it sent them.
     ///
     /// Every clone receives from the same queue, so each message goes to exactly one
-    /// receiver. The channel closes once the child's stdout has ended and the queue is
-    /// empty.
-    pub fn incoming(&self) -> Receiver<Incoming> {
+    /// receiver. It closes once the connection has ended and the queue is empty. Keep
+    /// receiving from it while requests are in flight: a queue that reaches
+    /// [`max_incoming_memory`](ClientBuilder::max_incoming_memory) ends the connection.
+    pub fn incoming(&self) -> Inbox {
         self.incoming.clone()
     }
 
@@ -310,19 +382,25 @@ impl AppServerClient {
         self.shared.stderr.as_ref().map(StderrTail::snapshot)
     }
 
-    /// The child's process id; `None` without a child.
+    /// The child's process id (on Unix also its process group's id); `None` without a
+    /// child.
     pub fn process_id(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(GroupChild::id)
     }
 
-    /// Closes the child's stdin and stops it with [`shutdown_child`], returning its exit
-    /// status (`None` without a child).
+    /// Closes the child's stdin and stops it and its process group with
+    /// [`GroupChild::shutdown`] and [`SHUTDOWN_GRACE`], returning its exit status
+    /// (`None` without a child).
     ///
     /// # Errors
     ///
-    /// [`AppServerError::Io`] if the child could not be killed or waited for.
+    /// [`AppServerError::Io`] if the child could not be signalled or waited for.
     pub async fn shutdown(mut self) -> Result<Option<ExitStatus>, AppServerError> {
-        // Requests borrow `self` and a dropped request releases the lock, so it is free.
+        // Nothing else can hold the writer then: requests borrow `self`, and a dropped
+        // request releases it.
+        if let Some(answers) = self.answers.take() {
+            answers.cancel().await;
+        }
         if let Some(mut outbox) = self.shared.outbox.try_lock() {
             outbox.writer = None;
         }
@@ -330,14 +408,15 @@ impl AppServerClient {
             Some(child) => child,
             None => return Ok(None),
         };
-        shutdown_child(&mut child)
+        child
+            .shutdown(SHUTDOWN_GRACE)
             .await
             .map(Some)
-            .map_err(|error| AppServerError::io("Failed stopping app-server", error))
+            .map_err(|error| AppServerError::io(IoStep::Stop, error))
     }
 
-    fn envelope(&self, members: Vec<(&str, Value)>) -> Value {
-        envelope(self.shared.jsonrpc_version, members)
+    fn compose(&self, members: Vec<(&str, Value)>) -> Value {
+        compose(self.shared.jsonrpc_version, members)
     }
 }
 
@@ -346,20 +425,28 @@ impl fmt::Debug for AppServerClient {
         f.debug_struct("AppServerClient")
             .field("process_id", &self.process_id())
             .field("pending", &self.shared.lock_pending().waiting.len())
+            .field("incoming", &self.incoming.len())
             .field("invalid_lines", &self.invalid_lines())
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }
 
-/// What the client and its reader task share.
+/// What the client and its background tasks share.
 struct Shared {
     outbox: smol::lock::Mutex<Outbox>,
     pending: Mutex<Pending>,
     next_id: AtomicI64,
     invalid_lines: AtomicU64,
     jsonrpc_version: bool,
+    /// The bound on a write that has no request timeout of its own.
+    write_timeout: Duration,
     stderr: Option<StderrTail>,
+    /// How many invalid requests from the child still await their "Invalid Request"
+    /// answer. A count suffices, since all those answers are the same line.
+    unanswered: AtomicUsize,
+    /// Tells the answering task there is work; holds at most one ring.
+    doorbell: Sender<()>,
 }
 
 #[derive(Default)]
@@ -383,8 +470,12 @@ impl Shared {
         Ok(())
     }
 
+    fn is_waiting(&self, id: &RequestId) -> bool {
+        self.lock_pending().waiting.contains_key(id)
+    }
+
     fn complete(&self, id: &RequestId, outcome: Outcome) {
-        // No entry: a response to a request that timed out or was dropped.
+        // No entry: a response to a request that timed out or was dropped meanwhile.
         if let Some(sender) = self.lock_pending().waiting.remove(id) {
             let _ = sender.try_send(outcome);
         }
@@ -402,16 +493,34 @@ impl Shared {
     fn ended(&self) -> AppServerError {
         match &self.lock_pending().ended {
             Some(error) => error.replicate(),
-            None => AppServerError::ProcessTerminated {
-                stderr_tail: String::new(),
-            },
+            None => AppServerError::terminated(),
         }
+    }
+
+    fn count_invalid(&self) {
+        self.invalid_lines.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn owe_invalid_request_answer(&self) {
+        self.unanswered.fetch_add(1, Ordering::Relaxed);
+        // Full means a ring is already waiting to be heard.
+        let _ = self.doorbell.try_send(());
     }
 
     async fn send(&self, message: &Value) -> Result<(), AppServerError> {
         let mut line = message.to_string().into_bytes();
         line.push(b'\n');
         self.outbox.lock().await.send(line).await
+    }
+
+    /// Sends `message`, waiting at most `limit` for the writer and for the child to
+    /// read it. A line left half written stays in the outbox and is finished by the
+    /// next write, so the stream never carries a broken message.
+    async fn send_within(&self, message: &Value, limit: Duration) -> Result<(), AppServerError> {
+        match wait::timeout(limit, self.send(message)).await {
+            Some(sent) => sent,
+            None => Err(AppServerError::WriteTimeout { timeout: limit }),
+        }
     }
 }
 
@@ -454,62 +563,54 @@ impl Outbox {
             Some(writer) => writer,
             None => {
                 let closed = io::Error::new(io::ErrorKind::BrokenPipe, "stdin was closed");
-                return Err(AppServerError::io(
-                    "Failed writing to app-server stdin",
-                    closed,
-                ));
+                return Err(AppServerError::io(IoStep::WriteStdin, closed));
             }
         };
         while self.written < self.line.len() {
             match writer.write(&self.line[self.written..]).await {
                 Ok(0) => {
                     let zero = io::Error::from(io::ErrorKind::WriteZero);
-                    return Err(AppServerError::io(
-                        "Failed writing to app-server stdin",
-                        zero,
-                    ));
+                    return Err(AppServerError::io(IoStep::WriteStdin, zero));
                 }
                 Ok(n) => self.written += n,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => {
-                    return Err(AppServerError::io(
-                        "Failed writing to app-server stdin",
-                        error,
-                    ))
-                }
+                Err(error) => return Err(AppServerError::io(IoStep::WriteStdin, error)),
             }
         }
         writer
             .flush()
             .await
-            .map_err(|error| AppServerError::io("Failed flushing app-server stdin", error))
+            .map_err(|error| AppServerError::io(IoStep::FlushStdin, error))
     }
 }
 
-/// The reader task: routes every line from the child until its stdout ends.
-async fn read_until_closed(
+/// The connection task: routes every line from the child until its stdout ends or the
+/// child exits, then fails whatever is still pending with the reason.
+async fn run_connection<E>(
     shared: Arc<Shared>,
     mut lines: LineReader<Reader>,
-    incoming: Sender<Incoming>,
-) {
-    let mut ended = loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => {
-                break AppServerError::ProcessTerminated {
-                    stderr_tail: String::new(),
+    queue: InboxSender,
+    exited: Option<E>,
+) where
+    E: Future<Output = io::Result<ExitStatus>>,
+{
+    let read = read_until_closed(&shared, &mut lines, &queue);
+    futures_lite::pin!(read);
+    let mut ended = match exited {
+        None => read.await,
+        Some(exited) => {
+            let exit = async {
+                // Without a reliable exit, stdout's end is the only signal left.
+                if exited.await.is_err() {
+                    future::pending::<()>().await;
                 }
-            }
-            Err(error) => break error,
-        };
-        match Message::parse(&line) {
-            Some(Message::Response { id, outcome }) => shared.complete(&id, outcome),
-            // Unbounded, so this never waits; it fails only once the client is gone.
-            Some(Message::Incoming(message)) => {
-                let _ = incoming.try_send(message);
-            }
-            None => {
-                shared.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                None
+            };
+            match future::or(async { Some(read.as_mut().await) }, exit).await {
+                Some(ended) => ended,
+                None => wait::timeout(EXIT_SETTLE, read)
+                    .await
+                    .unwrap_or_else(AppServerError::terminated),
             }
         }
     };
@@ -518,4 +619,165 @@ async fn read_until_closed(
         ended = ended.with_stderr_tail(stderr);
     }
     shared.end(ended);
+    // Dropping `queue` now closes `incoming` once it is drained.
+}
+
+/// Routes lines until stdout ends or a line ends the connection; returns why it ended.
+async fn read_until_closed(
+    shared: &Arc<Shared>,
+    lines: &mut LineReader<Reader>,
+    queue: &InboxSender,
+) -> AppServerError {
+    let mut since_yield = 0usize;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => return AppServerError::terminated(),
+            Err(error) => return error,
+        };
+        since_yield += line.len() + LINE_COST;
+        let limit = queue.limit();
+        let routed = if line.len() < OFFLOAD_LINE {
+            Routed::from_line(shared, &line, limit)
+        } else {
+            let shared = shared.clone();
+            smol::unblock(move || Routed::from_line(&shared, &line, limit)).await
+        };
+        if let Err(error) = routed.and_then(|routed| routed.deliver(shared, queue)) {
+            return error;
+        }
+        // A child that writes faster than we route would otherwise keep this task
+        // from ever returning to the executor, starving every task that shares it.
+        if since_yield >= YIELD_AFTER {
+            since_yield = 0;
+            future::yield_now().await;
+        }
+    }
+}
+
+/// One line from the child, decoded as far as the caller will need and ready to hand
+/// over.
+enum Routed {
+    /// Not a JSON-RPC message, or a member that cannot be decoded: counted, skipped.
+    Invalid,
+    /// A request whose id cannot be answered by: it gets "Invalid Request".
+    InvalidRequest,
+    /// A response that nobody waits for any more (its request timed out): dropped
+    /// without decoding.
+    Late,
+    Response(RequestId, Outcome),
+    /// A notification or request for the queue, and the decoded size of its params.
+    Incoming(Incoming, usize),
+}
+
+impl Routed {
+    /// Classifies `line` and decodes the member it delivers, refusing (before decoding)
+    /// one that would hold more than `limit` bytes.
+    fn from_line(shared: &Shared, line: &[u8], limit: usize) -> Result<Routed, AppServerError> {
+        let routed = match Message::classify(line) {
+            None => Routed::Invalid,
+            Some(Message::InvalidRequest) => Routed::InvalidRequest,
+            Some(Message::Response { id, outcome }) => {
+                if !shared.is_waiting(&id) {
+                    return Ok(Routed::Late);
+                }
+                let outcome = match outcome {
+                    Ok(result) => decode(result, limit)?.map(|(result, _)| Ok(result)),
+                    Err(error) => decode(error, limit)?
+                        .map(|(error, _)| Err(AppServerError::from_error_object(&error))),
+                };
+                match outcome {
+                    Some(outcome) => Routed::Response(id, outcome),
+                    None => Routed::Invalid,
+                }
+            }
+            Some(Message::Notification { method, params }) => match decode_params(params, limit)? {
+                Some((params, size)) => {
+                    Routed::Incoming(Incoming::Notification { method, params }, size)
+                }
+                None => Routed::Invalid,
+            },
+            Some(Message::Request { id, method, params }) => match decode_params(params, limit)? {
+                Some((params, size)) => {
+                    Routed::Incoming(Incoming::Request { id, method, params }, size)
+                }
+                None => Routed::Invalid,
+            },
+        };
+        Ok(routed)
+    }
+
+    /// Hands the message over without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`AppServerError::IncomingFull`] if the queue has no room, which ends the
+    /// connection.
+    fn deliver(self, shared: &Shared, queue: &InboxSender) -> Result<(), AppServerError> {
+        match self {
+            Routed::Invalid => shared.count_invalid(),
+            Routed::InvalidRequest => shared.owe_invalid_request_answer(),
+            Routed::Late => {}
+            Routed::Response(id, outcome) => shared.complete(&id, outcome),
+            Routed::Incoming(message, size) => queue.push(message, size)?,
+        }
+        Ok(())
+    }
+}
+
+/// Decodes the JSON text of a member if its decoded form fits in `limit`: `None` if it
+/// cannot be decoded (nested too deep, a number out of range).
+///
+/// # Errors
+///
+/// [`AppServerError::MessageTooLarge`] if it does not fit.
+fn decode(text: &str, limit: usize) -> Result<Option<(Value, usize)>, AppServerError> {
+    let size = match decoded_size(text, limit) {
+        Some(size) => size,
+        None => return Ok(None),
+    };
+    if size > limit {
+        return Err(AppServerError::MessageTooLarge { limit });
+    }
+    Ok(serde_json::from_str(text).ok().map(|value| (value, size)))
+}
+
+/// [`decode`] for a `params` member, which may be absent.
+fn decode_params(
+    text: Option<&str>,
+    limit: usize,
+) -> Result<Option<(Value, usize)>, AppServerError> {
+    match text {
+        Some(text) => decode(text, limit),
+        None => Ok(Some((Value::Null, 0))),
+    }
+}
+
+/// The answering task: writes one "Invalid Request" error (with a `null` id) for each
+/// request from the child that had an invalid id. It writes apart from the reader, so
+/// that a child that does not read its stdin can never stall the routing of responses.
+async fn answer_invalid_requests(shared: Arc<Shared>, rung: Receiver<()>) {
+    let answer = compose(
+        shared.jsonrpc_version,
+        vec![
+            ("id", Value::Null),
+            (
+                "error",
+                json!({"code": INVALID_REQUEST, "message": "Invalid Request"}),
+            ),
+        ],
+    );
+    while rung.recv().await.is_ok() {
+        while shared.unanswered.load(Ordering::Relaxed) > 0 {
+            match shared.send_within(&answer, shared.write_timeout).await {
+                Ok(()) => {
+                    shared.unanswered.fetch_sub(1, Ordering::Relaxed);
+                }
+                // Not reading yet: try again, each attempt bounded.
+                Err(AppServerError::WriteTimeout { .. }) => {}
+                // Its stdin is gone, and with it anyone to answer.
+                Err(_) => return,
+            }
+        }
+    }
 }

@@ -13,40 +13,50 @@ use super::{RequestId, StderrTail};
 ///
 /// The variants that mean "the child is gone or silent" ([`ProcessTerminated`] and
 /// [`Timeout`]) carry the last bytes the child wrote to its stderr, because that is
-/// almost always where a crashing runtime explains itself. Read it with
+/// almost always where a crashing app-server explains itself. Read it with
 /// [`stderr_tail`](Self::stderr_tail).
+///
+/// # Display texts are a compatibility contract
+///
+/// Four texts are the ones the original app-server helpers printed, which callers
+/// may match on, and they stay word for word: `Failed to spawn `{name}`: {error}`,
+/// `{step}: {error}` for I/O (see [`IoStep`]), `App-server terminated before sending
+/// expected response` and ``Timed out waiting for app-server response `{id}` after
+/// {secs} seconds``. Two of them print the operating system's error inside the
+/// sentence, so [`source`](Error::source) returns `None` for every variant (an error
+/// printer walking the chain would otherwise show that error twice); the
+/// `io::Error` itself is available from [`io_error`](Self::io_error).
 ///
 /// [`ProcessTerminated`]: AppServerError::ProcessTerminated
 /// [`Timeout`]: AppServerError::Timeout
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AppServerError {
-    /// The runtime's executable could not be started.
+    /// The app-server's executable could not be started.
     Spawn {
-        /// The name the caller gave the runtime, such as `codex`.
-        runtime: String,
+        /// The name the caller gave the app server, such as `codex`.
+        name: String,
         /// Why the operating system refused.
-        source: io::Error,
+        error: io::Error,
     },
 
     /// The child was started but one of its stdio pipes was not handed to us.
     MissingPipe {
-        /// The name the caller gave the runtime.
-        runtime: String,
+        /// The name the caller gave the app server.
+        name: String,
         /// `"stdin"`, `"stdout"` or `"stderr"`.
         pipe: &'static str,
     },
 
-    /// Reading from or writing to the child's stdio failed.
+    /// Reading from, writing to or stopping the child failed.
     Io {
-        /// What was being done, for example "Failed writing to app-server stdin".
-        context: String,
-        /// The underlying error.
-        source: io::Error,
+        /// What was being done.
+        step: IoStep,
+        /// The operating system's error.
+        error: io::Error,
     },
 
-    /// The child closed its stdout (normally: it exited) before the awaited response
-    /// arrived.
+    /// The child exited (or closed its stdout) before the awaited response arrived.
     ProcessTerminated {
         /// The last bytes the child wrote to stderr, lossily decoded; empty if unknown.
         stderr_tail: String,
@@ -62,6 +72,13 @@ pub enum AppServerError {
         stderr_tail: String,
     },
 
+    /// A message could not be written within the time allowed, because the child is
+    /// not reading its stdin.
+    WriteTimeout {
+        /// How long we waited.
+        timeout: Duration,
+    },
+
     /// The child answered the request with a JSON-RPC error object.
     ErrorResponse {
         /// The `error.code` member (0 if the child left it out or made it a non-integer).
@@ -73,11 +90,57 @@ pub enum AppServerError {
         data: Option<Value>,
     },
 
-    /// The child wrote a line longer than the configured limit.
+    /// The child wrote a line longer than the configured limit; the connection ends,
+    /// since the message it held (possibly a response) is lost.
     LineTooLong {
         /// The limit in bytes, not counting the line terminator.
         limit: usize,
     },
+
+    /// The child wrote a message whose decoded form alone would take more memory than
+    /// the configured limit (see [`ClientBuilder::max_incoming_memory`]); the
+    /// connection ends, since the message (possibly a response) is lost.
+    ///
+    /// [`ClientBuilder::max_incoming_memory`]: super::ClientBuilder::max_incoming_memory
+    MessageTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+
+    /// The messages waiting in [`incoming`](super::AppServerClient::incoming) reached
+    /// the configured memory limit: the child sent notifications or requests faster
+    /// than they were received. The connection ends rather than stall the routing of
+    /// responses or grow without bound.
+    IncomingFull {
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+/// The step of talking to a child that an [`AppServerError::Io`] failed in; its
+/// `Display` is the start of that error's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IoStep {
+    /// Writing a message to the child's stdin.
+    WriteStdin,
+    /// Flushing the child's stdin.
+    FlushStdin,
+    /// Reading the child's stdout.
+    ReadStdout,
+    /// Stopping the child.
+    Stop,
+}
+
+impl fmt::Display for IoStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoStep::WriteStdin => "Failed writing to app-server stdin",
+            IoStep::FlushStdin => "Failed flushing app-server stdin",
+            IoStep::ReadStdout => "Failed reading app-server stdout",
+            IoStep::Stop => "Failed stopping app-server",
+        })
+    }
 }
 
 impl AppServerError {
@@ -95,9 +158,19 @@ impl AppServerError {
         }
     }
 
+    /// The operating system's error behind a [`Spawn`](Self::Spawn) or
+    /// [`Io`](Self::Io) error. (It is not returned by `source()`, because the
+    /// Display text already includes it.)
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            AppServerError::Spawn { error, .. } | AppServerError::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
     /// Fills in the stderr tail of a termination or timeout error from `tail`.
     ///
-    /// The low-level helpers such as
+    /// The lockstep helpers such as
     /// [`wait_for_response_line`](super::wait_for_response_line) only see stdout, so they
     /// cannot know what the child said on stderr; call this on their errors to add it.
     /// Other errors are returned unchanged.
@@ -110,10 +183,13 @@ impl AppServerError {
         self
     }
 
-    pub(crate) fn io(context: &str, source: io::Error) -> Self {
-        AppServerError::Io {
-            context: context.to_string(),
-            source,
+    pub(crate) fn io(step: IoStep, error: io::Error) -> Self {
+        AppServerError::Io { step, error }
+    }
+
+    pub(crate) fn terminated() -> Self {
+        AppServerError::ProcessTerminated {
+            stderr_tail: String::new(),
         }
     }
 
@@ -133,18 +209,19 @@ impl AppServerError {
     ///
     /// `io::Error` is not `Clone`, so its copy keeps the kind and the text only.
     pub(crate) fn replicate(&self) -> Self {
+        let copy = |error: &io::Error| io::Error::new(error.kind(), error.to_string());
         match self {
-            AppServerError::Spawn { runtime, source } => AppServerError::Spawn {
-                runtime: runtime.clone(),
-                source: io::Error::new(source.kind(), source.to_string()),
+            AppServerError::Spawn { name, error } => AppServerError::Spawn {
+                name: name.clone(),
+                error: copy(error),
             },
-            AppServerError::MissingPipe { runtime, pipe } => AppServerError::MissingPipe {
-                runtime: runtime.clone(),
+            AppServerError::MissingPipe { name, pipe } => AppServerError::MissingPipe {
+                name: name.clone(),
                 pipe,
             },
-            AppServerError::Io { context, source } => AppServerError::Io {
-                context: context.clone(),
-                source: io::Error::new(source.kind(), source.to_string()),
+            AppServerError::Io { step, error } => AppServerError::Io {
+                step: *step,
+                error: copy(error),
             },
             AppServerError::ProcessTerminated { stderr_tail } => {
                 AppServerError::ProcessTerminated {
@@ -160,6 +237,9 @@ impl AppServerError {
                 timeout: *timeout,
                 stderr_tail: stderr_tail.clone(),
             },
+            AppServerError::WriteTimeout { timeout } => {
+                AppServerError::WriteTimeout { timeout: *timeout }
+            }
             AppServerError::ErrorResponse {
                 code,
                 message,
@@ -170,6 +250,12 @@ impl AppServerError {
                 data: data.clone(),
             },
             AppServerError::LineTooLong { limit } => AppServerError::LineTooLong { limit: *limit },
+            AppServerError::MessageTooLarge { limit } => {
+                AppServerError::MessageTooLarge { limit: *limit }
+            }
+            AppServerError::IncomingFull { limit } => {
+                AppServerError::IncomingFull { limit: *limit }
+            }
         }
     }
 }
@@ -177,13 +263,13 @@ impl AppServerError {
 impl fmt::Display for AppServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AppServerError::Spawn { runtime, source } => {
-                write!(f, "Failed to spawn `{}`: {}", runtime, source)
+            AppServerError::Spawn { name, error } => {
+                write!(f, "Failed to spawn `{}`: {}", name, error)
             }
-            AppServerError::MissingPipe { runtime, pipe } => {
-                write!(f, "{} {} is unavailable", runtime, pipe)
+            AppServerError::MissingPipe { name, pipe } => {
+                write!(f, "{} {} is unavailable", name, pipe)
             }
-            AppServerError::Io { context, source } => write!(f, "{}: {}", context, source),
+            AppServerError::Io { step, error } => write!(f, "{}: {}", step, error),
             AppServerError::ProcessTerminated { .. } => {
                 f.write_str("App-server terminated before sending expected response")
             }
@@ -197,6 +283,11 @@ impl fmt::Display for AppServerError {
                 response_id,
                 Seconds(*timeout)
             ),
+            AppServerError::WriteTimeout { timeout } => write!(
+                f,
+                "Timed out writing to app-server stdin after {} seconds: it is not reading",
+                Seconds(*timeout)
+            ),
             AppServerError::ErrorResponse { code, message, .. } => {
                 write!(f, "App-server returned error {}: {}", code, message)
             }
@@ -205,20 +296,24 @@ impl fmt::Display for AppServerError {
                 "App-server wrote a line longer than the {} byte limit",
                 limit
             ),
+            AppServerError::MessageTooLarge { limit } => write!(
+                f,
+                "App-server wrote a message that would take more than the {} byte memory limit to decode",
+                limit
+            ),
+            AppServerError::IncomingFull { limit } => write!(
+                f,
+                "App-server messages waiting to be received reached the {} byte memory limit: \
+                 receive from incoming() while requests are in flight",
+                limit
+            ),
         }
     }
 }
 
-impl Error for AppServerError {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        match self {
-            AppServerError::Spawn { source, .. } | AppServerError::Io { source, .. } => {
-                Some(source)
-            }
-            _ => None,
-        }
-    }
-}
+/// `source()` is always `None`: see "Display texts are a compatibility contract"
+/// on [`AppServerError`].
+impl Error for AppServerError {}
 
 /// Whole seconds print as `300`, shorter waits (tests, tight budgets) as `0.25`
 /// rather than a misleading `0`.
@@ -238,17 +333,96 @@ impl fmt::Display for Seconds {
 mod tests {
     use super::*;
 
+    /// One of each variant, so that the chain test cannot miss one.
+    fn every_variant() -> Vec<AppServerError> {
+        let os = io::Error::new::<&str>;
+        let mut all = vec![
+            AppServerError::Spawn {
+                name: "codex".to_string(),
+                error: os(io::ErrorKind::NotFound, "No such file or directory"),
+            },
+            AppServerError::MissingPipe {
+                name: "codex".to_string(),
+                pipe: "stdout",
+            },
+            AppServerError::ProcessTerminated {
+                stderr_tail: "panic: boom\n".to_string(),
+            },
+            AppServerError::Timeout {
+                response_id: RequestId::from(7),
+                timeout: Duration::from_secs(300),
+                stderr_tail: String::new(),
+            },
+            AppServerError::WriteTimeout {
+                timeout: Duration::from_secs(300),
+            },
+            AppServerError::from_error_object(&serde_json::json!({"code": -1, "message": "no"})),
+            AppServerError::LineTooLong { limit: 10 },
+            AppServerError::MessageTooLarge { limit: 10 },
+            AppServerError::IncomingFull { limit: 10 },
+        ];
+        for step in [
+            IoStep::WriteStdin,
+            IoStep::FlushStdin,
+            IoStep::ReadStdout,
+            IoStep::Stop,
+        ] {
+            all.push(AppServerError::io(
+                step,
+                os(io::ErrorKind::BrokenPipe, "Broken pipe"),
+            ));
+        }
+        all
+    }
+
+    /// What an embedding app's error printer does: every error of the chain, in order.
+    fn chain(error: &(dyn Error + 'static)) -> Vec<String> {
+        let mut texts = Vec::new();
+        let mut next = Some(error);
+        while let Some(error) = next {
+            texts.push(error.to_string());
+            next = error.source();
+        }
+        texts
+    }
+
+    /// An error printer walking `source()` must never show the same sentence twice,
+    /// which happens when a wrapper both prints its inner error and returns it.
     #[test]
-    fn io_display_is_context_then_source() {
+    fn a_chain_printer_shows_no_sentence_twice() {
+        for error in every_variant() {
+            let texts = chain(&error);
+            for (i, outer) in texts.iter().enumerate() {
+                for inner in &texts[i + 1..] {
+                    assert!(
+                        !outer.contains(inner.as_str()),
+                        "{:?} repeats {:?}",
+                        texts,
+                        inner
+                    );
+                }
+            }
+            // The inner error is still reachable where there is one.
+            if let Some(inner) = error.io_error() {
+                assert!(texts[0].ends_with(&inner.to_string()), "{:?}", texts);
+            }
+        }
+    }
+
+    #[test]
+    fn io_display_is_step_then_error() {
         let error = AppServerError::io(
-            "Failed writing to app-server stdin",
+            IoStep::WriteStdin,
             io::Error::new(io::ErrorKind::BrokenPipe, "pipe closed"),
         );
         assert_eq!(
             error.to_string(),
             "Failed writing to app-server stdin: pipe closed"
         );
-        assert_eq!(error.source().unwrap().to_string(), "pipe closed");
+        assert_eq!(
+            error.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::BrokenPipe)
+        );
     }
 
     #[test]
@@ -261,7 +435,6 @@ mod tests {
             "App-server terminated before sending expected response"
         );
         assert_eq!(error.stderr_tail(), Some("panic: boom\n"));
-        assert!(error.source().is_none());
     }
 
     #[test]
@@ -289,16 +462,16 @@ mod tests {
     }
 
     #[test]
-    fn spawn_display_names_runtime_and_keeps_source() {
+    fn spawn_display_names_the_app_server_and_the_reason() {
         let error = AppServerError::Spawn {
-            runtime: "codex".to_string(),
-            source: io::Error::new(io::ErrorKind::NotFound, "No such file or directory"),
+            name: "codex".to_string(),
+            error: io::Error::new(io::ErrorKind::NotFound, "No such file or directory"),
         };
         assert_eq!(
             error.to_string(),
             "Failed to spawn `codex`: No such file or directory"
         );
-        assert!(error.source().is_some());
+        assert!(error.io_error().is_some());
     }
 
     #[test]
@@ -330,18 +503,14 @@ mod tests {
     }
 
     #[test]
-    fn replicate_keeps_kind_and_text() {
-        let error = AppServerError::io(
-            "Failed reading app-server stdout",
-            io::Error::new(io::ErrorKind::ConnectionReset, "reset"),
-        );
-        let copy = error.replicate();
-        assert_eq!(copy.to_string(), error.to_string());
-        match copy {
-            AppServerError::Io { source, .. } => {
-                assert_eq!(source.kind(), io::ErrorKind::ConnectionReset)
-            }
-            other => panic!("expected Io, got {:?}", other),
+    fn replicate_keeps_every_variant_and_its_text() {
+        for error in every_variant() {
+            let copy = error.replicate();
+            assert_eq!(copy.to_string(), error.to_string());
+            assert_eq!(
+                copy.io_error().map(io::Error::kind),
+                error.io_error().map(io::Error::kind)
+            );
         }
     }
 }

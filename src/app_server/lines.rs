@@ -2,9 +2,10 @@
 
 use std::io;
 
+use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use super::AppServerError;
+use super::{AppServerError, IoStep};
 
 /// The default limit on one line from an app-server: 64 MiB.
 ///
@@ -12,6 +13,11 @@ use super::AppServerError;
 /// so the limit is generous; it exists so that a child that never writes a newline costs
 /// us 64 MiB at worst instead of all memory.
 pub const MAX_LINE_LENGTH: usize = 64 * 1024 * 1024;
+
+/// How many bytes of one line are read before other tasks get a turn: 1 MiB. A pipe
+/// that always has more data never makes a read wait, so a long line would otherwise
+/// hold the executor thread until its end.
+const YIELD_AFTER: usize = 1024 * 1024;
 
 /// Splits a byte stream into lines of at most a fixed length.
 ///
@@ -55,16 +61,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// [`AppServerError::Io`] if reading fails, [`AppServerError::LineTooLong`] if the
     /// line exceeds the limit.
     pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, AppServerError> {
+        let mut since_yield = 0;
         loop {
             let available = match self.reader.fill_buf().await {
                 Ok(available) => available,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    return Err(AppServerError::io(
-                        "Failed reading app-server stdout",
-                        error,
-                    ))
-                }
+                Err(error) => return Err(AppServerError::io(IoStep::ReadStdout, error)),
             };
             if available.is_empty() {
                 self.skipping = false;
@@ -93,6 +95,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 }
             }
             self.reader.consume(consumed);
+            since_yield += consumed;
 
             if too_long {
                 self.line = Vec::new();
@@ -105,6 +108,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                     continue;
                 }
                 return Ok(Some(self.take_line()));
+            }
+            // Everything read so far is kept in `self`, so this is no less cancel-safe.
+            if since_yield >= YIELD_AFTER {
+                since_yield = 0;
+                future::yield_now().await;
             }
         }
     }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::AppServerError;
+use super::envelope::{request_id, Envelope};
 
 /// The id of a JSON-RPC request: a JSON string or integer.
 ///
@@ -111,49 +111,57 @@ impl Incoming {
     }
 }
 
-/// One line from the child, classified.
-#[derive(Debug)]
-pub(crate) enum Message {
-    /// The answer to one of our requests: its result, or the error object it carried.
+/// One line from the child, classified by its envelope. Members are still JSON text:
+/// decoding them is left to the caller, which weighs them first.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Message<'a> {
+    /// The answer to one of our requests: the text of its `result`, or of its `error`.
     Response {
         id: RequestId,
-        outcome: Result<Value, AppServerError>,
+        outcome: Result<&'a str, &'a str>,
     },
-    Incoming(Incoming),
+    /// A message with a `method` and no `id`.
+    Notification {
+        method: String,
+        params: Option<&'a str>,
+    },
+    /// A message with a `method` and a valid `id`: the child waits for our answer.
+    Request {
+        id: RequestId,
+        method: String,
+        params: Option<&'a str>,
+    },
+    /// A message with a `method` and an `id` that is neither a string nor an integer
+    /// (`null`, `[7]`): a request we cannot answer by its id, so it gets JSON-RPC's
+    /// "Invalid Request" error with a `null` id, as the specification says.
+    InvalidRequest,
 }
 
-impl Message {
+impl<'a> Message<'a> {
     /// Classifies one line; `None` for anything that is not a JSON-RPC message.
     ///
     /// A line with a `method` is a request or notification even if its id equals one of
     /// ours: the child's requests share the id space of our requests by coincidence only.
-    pub(crate) fn parse(line: &[u8]) -> Option<Message> {
-        let mut object = match serde_json::from_slice::<Value>(line) {
-            Ok(Value::Object(object)) => object,
-            _ => return None,
-        };
-        let id = object.get("id").map(RequestId::from_json);
-        if let Some(Value::String(method)) = object.remove("method") {
-            let params = object.remove("params").unwrap_or(Value::Null);
-            return Some(Message::Incoming(match id {
-                None => Incoming::Notification { method, params },
-                Some(id) => Incoming::Request {
-                    id: id?,
-                    method,
-                    params,
+    pub(crate) fn classify(line: &'a [u8]) -> Option<Message<'a>> {
+        let envelope = Envelope::read(line)?;
+        if let Some(method) = envelope.method {
+            let method = serde_json::from_str::<String>(method).ok()?;
+            let params = envelope.params;
+            return Some(match envelope.id {
+                None => Message::Notification { method, params },
+                Some(id) => match request_id(id) {
+                    Some(id) => Message::Request { id, method, params },
+                    None => Message::InvalidRequest,
                 },
-            }));
+            });
         }
-        let id = id??;
-        if let Some(error) = object.get("error") {
-            let outcome = Err(AppServerError::from_error_object(error));
-            return Some(Message::Response { id, outcome });
-        }
-        let result = object.remove("result")?;
-        Some(Message::Response {
-            id,
-            outcome: Ok(result),
-        })
+        let id = request_id(envelope.id?)?;
+        let outcome = match (envelope.error, envelope.result) {
+            (Some(error), _) => Err(error),
+            (None, Some(result)) => Ok(result),
+            (None, None) => return None,
+        };
+        Some(Message::Response { id, outcome })
     }
 }
 
@@ -174,11 +182,11 @@ pub fn extract_json_error_message(response: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Builds an outgoing message from its members, leaving out `params` when it is `null`
+/// Composes an outgoing message from its members, leaving out `params` when it is `null`
 /// (JSON-RPC allows only an object or an array there, so absence is the only way to
 /// send "no params") and `"jsonrpc":"2.0"` when `jsonrpc_version` is false (Codex's
 /// app-server protocol omits it).
-pub(crate) fn envelope(jsonrpc_version: bool, members: Vec<(&str, Value)>) -> Value {
+pub(crate) fn compose(jsonrpc_version: bool, members: Vec<(&str, Value)>) -> Value {
     let mut object = Map::new();
     if jsonrpc_version {
         object.insert("jsonrpc".to_string(), Value::from("2.0"));
@@ -232,56 +240,73 @@ mod tests {
     fn a_request_from_the_child_is_never_a_response() {
         let request = json!({"id": 1, "method": "item/approve", "params": {}});
         assert!(!response_id_matches(&request, &1.into()));
-        match Message::parse(request.to_string().as_bytes()) {
-            Some(Message::Incoming(Incoming::Request { id, method, .. })) => {
-                assert_eq!(id, RequestId::Integer(1));
-                assert_eq!(method, "item/approve");
-            }
-            other => panic!("expected a request, got {:?}", other),
-        }
+        let line = request.to_string();
+        assert_eq!(
+            Message::classify(line.as_bytes()),
+            Some(Message::Request {
+                id: RequestId::Integer(1),
+                method: "item/approve".to_string(),
+                params: Some("{}"),
+            })
+        );
     }
 
     #[test]
     fn an_id_without_result_or_error_is_not_a_response() {
         assert!(!response_id_matches(&json!({"id": 1}), &1.into()));
-        assert!(Message::parse(br#"{"id":1}"#).is_none());
+        assert_eq!(Message::classify(br#"{"id":1}"#), None);
     }
 
     #[test]
-    fn parse_classifies_every_shape() {
-        match Message::parse(br#"{"method":"turn/started","params":{"n":1}}"#) {
-            Some(Message::Incoming(Incoming::Notification { method, params })) => {
-                assert_eq!(method, "turn/started");
-                assert_eq!(params, json!({"n": 1}));
-            }
-            other => panic!("expected a notification, got {:?}", other),
-        }
-        match Message::parse(br#"{"id":"a","result":null}"#) {
-            Some(Message::Response { id, outcome }) => {
-                assert_eq!(id, RequestId::from("a"));
-                assert_eq!(outcome.unwrap(), Value::Null);
-            }
-            other => panic!("expected a response, got {:?}", other),
-        }
-        match Message::parse(br#"{"id":2,"error":{"code":-1,"message":"no"}}"#) {
-            Some(Message::Response {
-                id,
-                outcome: Err(AppServerError::ErrorResponse { code, message, .. }),
-            }) => {
-                assert_eq!(id, RequestId::Integer(2));
-                assert_eq!((code, message.as_str()), (-1, "no"));
-            }
-            other => panic!("expected an error response, got {:?}", other),
+    fn classify_sorts_every_shape() {
+        let cases: [(&[u8], Option<Message<'_>>); 6] = [
+            (
+                br#"{"method":"turn/started","params":{"n":1}}"#,
+                Some(Message::Notification {
+                    method: "turn/started".to_string(),
+                    params: Some(r#"{"n":1}"#),
+                }),
+            ),
+            (
+                br#"{"id":"a","result":null}"#,
+                Some(Message::Response {
+                    id: RequestId::from("a"),
+                    outcome: Ok("null"),
+                }),
+            ),
+            (
+                br#"{"id":2,"error":{"code":-1,"message":"no"},"result":1}"#,
+                Some(Message::Response {
+                    id: RequestId::Integer(2),
+                    outcome: Err(r#"{"code":-1,"message":"no"}"#),
+                }),
+            ),
+            (
+                br#"{"id":null,"method":"x"}"#,
+                Some(Message::InvalidRequest),
+            ),
+            (br#"{"id":[7],"method":"x"}"#, Some(Message::InvalidRequest)),
+            (
+                br#"{"method":"x","id":"q"}"#,
+                Some(Message::Request {
+                    id: RequestId::from("q"),
+                    method: "x".to_string(),
+                    params: None,
+                }),
+            ),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(Message::classify(line), expected, "{:?}", line);
         }
         for junk in [
             &b"not json"[..],
             b"[1,2]",
             b"\"text\"",
             br#"{"id":null,"result":1}"#,
-            br#"{"id":[1],"method":"x"}"#,
+            br#"{"id":1.5,"result":1}"#,
             br#"{"method":7}"#,
         ] {
-            assert!(Message::parse(junk).is_none(), "{:?}", junk);
+            assert_eq!(Message::classify(junk), None, "{:?}", junk);
         }
     }
 
@@ -304,8 +329,8 @@ mod tests {
     }
 
     #[test]
-    fn envelope_omits_null_params_and_optionally_the_version() {
-        let with_version = envelope(
+    fn compose_omits_null_params_and_optionally_the_version() {
+        let with_version = compose(
             true,
             vec![
                 ("id", Value::from(RequestId::Integer(3))),
@@ -317,7 +342,7 @@ mod tests {
             with_version.to_string(),
             r#"{"id":3,"jsonrpc":"2.0","method":"initialize"}"#
         );
-        let without_version = envelope(
+        let without_version = compose(
             false,
             vec![
                 ("method", Value::from("initialized")),

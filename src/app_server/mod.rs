@@ -8,26 +8,31 @@
 //! line: a response goes to the request with its id, anything with a `method` goes to
 //! the caller's incoming queue, even if its id happens to equal one of ours.
 //!
-//! A child is also a process that can crash, hang, or flood a pipe, and each of those
-//! is handled on purpose:
+//! A child is also a process that can crash, hang, flood a pipe or ignore its input,
+//! and each of those is handled on purpose:
 //!
 //! - its stderr is drained from the moment it is spawned (an undrained pipe blocks a
 //!   talkative child) and its last 64 KiB travel with the errors that say it died or
 //!   went silent, so a crash explains itself;
-//! - when its stdout ends, every pending request fails at once instead of waiting out a
-//!   timeout;
-//! - no line may exceed a limit (64 MiB by default), so a child that never writes a
-//!   newline cannot exhaust memory;
-//! - [`shutdown_child`] closes stdin, then sends SIGTERM (to the child's process group
-//!   if it leads one), then kills, and always reaps, so no zombie remains.
+//! - when it exits, every pending request fails at once instead of waiting out a
+//!   timeout, even if a grandchild keeps its stdout open;
+//! - memory is bounded ([`AppServerClient`] says how): a line may not exceed a limit
+//!   (64 MiB by default), a line is routed from its envelope without decoding what
+//!   nobody receives, a message whose decoded form would exceed a memory limit (128 MiB
+//!   by default) is refused before it is decoded, and the messages waiting to be
+//!   received hold at most that much together; exceeding a limit ends the connection
+//!   with an error naming it, so the routing of responses never waits for the caller;
+//! - every write is bounded in time, so a child that stops reading cannot block a
+//!   notification or an answer for ever;
+//! - a request from the child whose id is invalid gets JSON-RPC's "Invalid Request"
+//!   error rather than silence;
+//! - it runs in a process group of its own ([`crate::process`]), and shutting it down
+//!   closes stdin, then sends SIGTERM to the group, then SIGKILL, and always reaps, so
+//!   neither it nor a helper it started is left behind.
 //!
-//! The lower-level helpers ([`spawn_runtime_command`], [`write_json_line`],
-//! [`wait_for_response_line`]) serve callers that exchange one message at a time.
-//!
-//! A child spawned in its own process group has its helpers stopped with it.
-//! `std::os::unix::process::CommandExt::process_group` is stable from Rust 1.64 only,
-//! one release after this crate's minimum, so this module never creates the group
-//! itself: the caller decides, on a newer compiler or by spawning through `setsid`.
+//! For callers that drive the stdio by hand, one exchange at a time: [`spawn_app_server`]
+//! (the spawning the client does), the lockstep helpers [`write_json_line`] and
+//! [`wait_for_response_line`], and [`shutdown_child`] for a child spawned elsewhere.
 //!
 //! # Example
 //!
@@ -69,40 +74,30 @@
 use std::time::Duration;
 
 mod client;
+mod envelope;
 mod error;
+mod inbox;
 mod lines;
+mod lockstep;
 mod message;
-mod process;
+mod spawn;
 mod stderr;
-mod transport;
-
-#[cfg(unix)]
-mod unix;
-#[cfg(unix)]
-use unix as platform;
-#[cfg(windows)]
-mod windows;
-#[cfg(windows)]
-use windows as platform;
 
 pub use client::{AppServerClient, ClientBuilder};
-pub use error::AppServerError;
+pub use error::{AppServerError, IoStep};
+pub use inbox::{Inbox, MAX_INCOMING_MEMORY};
 pub use lines::{LineReader, MAX_LINE_LENGTH};
+pub use lockstep::{wait_for_response_line, write_json_line};
 pub use message::{extract_json_error_message, response_id_matches, Incoming, RequestId};
-pub use process::{
-    shutdown_child, shutdown_child_with_grace, spawn_runtime_command, RuntimeProcess,
-    SHUTDOWN_GRACE,
-};
+pub use spawn::{shutdown_child, spawn_app_server, AppServerProcess};
 pub use stderr::{StderrTail, STDERR_TAIL_BYTES};
-pub use transport::{wait_for_response_line, write_json_line};
 
 /// How long to wait for the answer to a start-up request such as `initialize`, and the
 /// client's default for every request: 5 minutes.
 ///
 /// A cold start may install tools, load models or migrate state before the first
 /// answer, so the budget is minutes, not seconds: aborting a healthy but slow start is
-/// worse than waiting for a dead one, which is noticed at once anyway when its stdout
-/// closes.
+/// worse than waiting for a dead one, which is noticed at once anyway when it exits.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// How long to wait for the answer to a request that runs a whole agent turn: 4 hours.

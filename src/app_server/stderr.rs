@@ -6,10 +6,9 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt};
-use smol::channel::{self, Receiver};
-use smol::Timer;
+
+use crate::wait::{self, Stopped};
 
 /// How much of a child's stderr is kept: the last 64 KiB.
 ///
@@ -21,14 +20,14 @@ pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 /// task.
 ///
 /// A pipe holds only a few kilobytes, so a child whose stderr nobody reads stops dead
-/// on its next log line. [`spawn_runtime_command`](super::spawn_runtime_command)
+/// on its next log line. [`spawn_app_server`](super::spawn_app_server)
 /// therefore reads stderr continuously from the moment of spawning, discarding all but
 /// the last [`STDERR_TAIL_BYTES`]. Clones share the same buffer.
 #[derive(Clone)]
 pub struct StderrTail {
     bytes: Arc<Mutex<VecDeque<u8>>>,
-    /// Never receives anything; it closes when the drain task reaches end of file.
-    finished: Receiver<()>,
+    /// Fires when the drain task reaches end of file.
+    finished: Stopped,
 }
 
 impl StderrTail {
@@ -40,14 +39,14 @@ impl StderrTail {
     where
         R: AsyncRead + Unpin + Send + 'static,
     {
-        let (finished_sender, finished) = channel::bounded(1);
+        let (finishing, finished) = wait::stop_signal();
         let tail = StderrTail {
             bytes: Arc::new(Mutex::new(VecDeque::new())),
             finished,
         };
         let writer = tail.clone();
         smol::spawn(async move {
-            let _finished_sender = finished_sender;
+            let _finishing = finishing;
             let mut buffer = vec![0; 16 * 1024];
             loop {
                 match stderr.read(&mut buffer).await {
@@ -88,14 +87,7 @@ impl StderrTail {
     /// same moment; waiting here lets the error report those words instead of racing
     /// the drain task. The limit covers a grandchild that keeps the pipe open.
     pub(crate) async fn settle(&self, limit: Duration) {
-        let finished = async {
-            // Nothing is ever sent: this returns once the sender is dropped.
-            let _ = self.finished.recv().await;
-        };
-        future::or(finished, async {
-            Timer::after(limit).await;
-        })
-        .await;
+        wait::timeout(limit, self.finished.wait()).await;
     }
 
     fn push(&self, chunk: &[u8]) {
@@ -112,7 +104,7 @@ impl fmt::Debug for StderrTail {
         let bytes = self.bytes.lock().unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("StderrTail")
             .field("bytes", &bytes.len())
-            .field("finished", &self.finished.is_closed())
+            .field("finished", &self.finished.fired())
             .finish()
     }
 }

@@ -32,3 +32,81 @@ pub(crate) fn peer_uid(socket: std::os::unix::io::BorrowedFd<'_>) -> std::io::Re
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// Makes the child that `command` spawns lead a new process group of its own
+/// (`setpgid(0, 0)` between fork and exec), as `CommandExt::process_group(0)`
+/// does from Rust 1.64 on, one release after this crate's minimum. Signals sent
+/// to that group then reach everything the child starts, and nothing of ours.
+pub(crate) fn lead_new_process_group(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+
+    // SAFETY: `pre_exec` is unsafe because its closure runs in the forked child
+    // before exec, where another thread of ours may have held a lock (the
+    // allocator's, say) at the moment of the fork, so only async-signal-safe
+    // work is sound there. The closure captures nothing, allocates nothing and
+    // makes one call: setpgid, which POSIX lists as async-signal-safe, made by
+    // rustix as a direct system call (Linux) or libc's thin wrapper. Its error
+    // becomes an `io::Error` from the raw errno, which does not allocate either.
+    unsafe {
+        command.pre_exec(|| rustix::process::setpgid(None, None).map_err(std::io::Error::from));
+    }
+}
+
+/// Test-only: the global allocator of the library's unit tests, which counts
+/// what each thread has allocated and not yet freed, so that a test can weigh
+/// the data structure it just built while other tests run beside it.
+#[cfg(test)]
+// Clippy 1.63 takes `thread_local!`'s const initializer for an interior-mutable const.
+#[allow(clippy::declare_interior_mutable_const)]
+pub(crate) mod counting_allocator {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        // A constant initializer and no destructor: using it never allocates or
+        // registers anything, so the allocator itself may use it.
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    /// Bytes this thread has allocated and not freed, as the allocator was asked
+    /// (without the allocator's own overhead).
+    pub(crate) fn live_bytes() -> isize {
+        LIVE.with(Cell::get)
+    }
+
+    fn count(change: isize) {
+        // During thread teardown the counter may be gone; the count no longer matters.
+        let _ = LIVE.try_with(|live| live.set(live.get() + change));
+    }
+
+    struct Counting;
+
+    // SAFETY: every method forwards to the system allocator with the caller's own
+    // arguments, so it upholds exactly the contract `System` does; counting
+    // touches only a thread-local integer and never allocates.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count(layout.size() as isize);
+            // SAFETY (of the call, made in this unsafe fn): forwarded unchanged;
+            // the caller upholds `alloc`'s contract.
+            System.alloc(layout)
+        }
+
+        unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+            count(-(layout.size() as isize));
+            // SAFETY (of the call): forwarded unchanged; `pointer` came from
+            // `System` through us.
+            System.dealloc(pointer, layout)
+        }
+
+        unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count(new_size as isize - layout.size() as isize);
+            // SAFETY (of the call): forwarded unchanged; `pointer` came from
+            // `System` through us.
+            System.realloc(pointer, layout, new_size)
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+}

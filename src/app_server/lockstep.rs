@@ -1,13 +1,16 @@
-//! One-request-at-a-time helpers, for callers that drive the child's stdio themselves.
+//! Lockstep helpers: write one message, then read lines until its answer. They are for
+//! callers that drive the child's stdio by hand, one exchange at a time, and skip
+//! everything else the child says; [`AppServerClient`](super::AppServerClient) does not
+//! use them, since it reads continuously and loses nothing.
 
 use std::time::Duration;
 
-use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use serde_json::Value;
-use smol::Timer;
 
-use super::{response_id_matches, AppServerError, LineReader, RequestId};
+use super::envelope::{request_id, Envelope};
+use super::{AppServerError, IoStep, LineReader, RequestId};
+use crate::wait;
 
 /// Writes `payload` to `stdin` as one compact JSON line ending in `\n`, and flushes.
 ///
@@ -28,11 +31,11 @@ where
     stdin
         .write_all(&line)
         .await
-        .map_err(|source| AppServerError::io("Failed writing to app-server stdin", source))?;
+        .map_err(|error| AppServerError::io(IoStep::WriteStdin, error))?;
     stdin
         .flush()
         .await
-        .map_err(|source| AppServerError::io("Failed flushing app-server stdin", source))
+        .map_err(|error| AppServerError::io(IoStep::FlushStdin, error))
 }
 
 /// Reads lines until the response to request `response_id` arrives, and returns that
@@ -60,29 +63,35 @@ where
         loop {
             let line = match lines.next_line().await? {
                 Some(line) => line,
-                None => {
-                    return Err(AppServerError::ProcessTerminated {
-                        stderr_tail: String::new(),
-                    })
-                }
+                None => return Err(AppServerError::terminated()),
             };
-            let matches = serde_json::from_slice::<Value>(&line)
-                .map_or(false, |value| response_id_matches(&value, response_id));
-            if matches {
-                // Parsed JSON is valid UTF-8.
+            if answers(&line, response_id) {
+                // The envelope was read, so the line is valid UTF-8.
                 if let Ok(line) = String::from_utf8(line) {
                     return Ok(line);
                 }
             }
         }
     };
-    future::or(wait, async {
-        Timer::after(timeout).await;
-        Err(AppServerError::Timeout {
+    match wait::timeout(timeout, wait).await {
+        Some(outcome) => outcome,
+        None => Err(AppServerError::Timeout {
             response_id: response_id.clone(),
             timeout,
             stderr_tail: String::new(),
-        })
-    })
-    .await
+        }),
+    }
+}
+
+/// Whether `line` is a response (a `result` or an `error`, no `method`) to
+/// `response_id`, read from its envelope without decoding the rest.
+fn answers(line: &[u8], response_id: &RequestId) -> bool {
+    match Envelope::read(line) {
+        Some(envelope) => {
+            envelope.method.is_none()
+                && (envelope.result.is_some() || envelope.error.is_some())
+                && envelope.id.and_then(request_id).as_ref() == Some(response_id)
+        }
+        None => false,
+    }
 }
