@@ -62,6 +62,7 @@ mod forward;
 
 pub mod app_server;
 pub mod bridge;
+pub mod diag;
 pub mod endpoint;
 /// The FFI boundary: the only module allowed `unsafe`.
 #[allow(unsafe_code, dead_code)]
