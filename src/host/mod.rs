@@ -55,9 +55,11 @@
 //!   for slow handshakes: a bridge sends its handshake the moment it
 //!   connects, so it is read at once however many silent peers are being
 //!   held. At most [`MAX_PENDING`] peers may wait for their handshake (or
-//!   for the app to take them) at once; beyond that, and whenever the
-//!   system runs out of file descriptors to accept with, the *oldest* one
-//!   is dropped, which is never a bridge that just connected. A silent peer
+//!   for the app to take them) at once, and on Unix at most half the
+//!   process's file descriptor limit (so silent peers never take the
+//!   descriptors the app needs to serve the bridges it accepted); beyond
+//!   that, the *oldest* one is dropped, which is never a bridge that just
+//!   connected. A silent peer
 //!   costs a socket and a small task, no buffer: the read buffer is only
 //!   allocated once its first bytes arrive.
 //! - **No byte is lost.** Bytes that arrive right behind the handshake line
@@ -235,13 +237,8 @@ enum Accepted {
     // Not on Windows: the pipe's DACL refuses other users before accept.
     #[cfg_attr(windows, allow(dead_code))]
     Refused(String),
-    /// Out of file descriptors or memory: dropping the oldest pending peer
-    /// frees what the next accept needs.
-    // Not on Windows, whose resource errors are all `Retry` for now.
-    #[cfg_attr(windows, allow(dead_code))]
-    Exhausted(io::Error),
-    /// A failure that may heal (an aborted connection, an interrupted
-    /// call); the loop logs it, pauses and carries on.
+    /// A failure that may heal (out of file descriptors, an aborted
+    /// connection); the loop logs it, pauses and carries on.
     Retry(io::Error),
 }
 
@@ -338,13 +335,15 @@ type Pending = Mutex<BTreeMap<u64, Task<()>>>;
 /// It never waits for a handshake before accepting the next peer: a silent
 /// peer must not keep a bridge that has already sent its handshake waiting
 /// in the kernel's backlog. Memory and descriptors are bounded by dropping
-/// the oldest pending peer instead (see [`MAX_PENDING`]). Dropping the loop
+/// the oldest pending peer instead (see [`MAX_PENDING`] and
+/// `platform::pending_limit`). Dropping the loop
 /// drops `pending`, which cancels every handshake still being read.
 async fn accept_loop(
     acceptor: platform::Acceptor,
     options: Options,
     ready: Sender<io::Result<Connection>>,
 ) {
+    let most_pending = platform::pending_limit(MAX_PENDING);
     let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
     let peer_log = Arc::new(PeerLog::default());
     let mut next_id: u64 = 0;
@@ -353,19 +352,6 @@ async fn accept_loop(
             Ok(Accepted::Peer(streams)) => *streams,
             Ok(Accepted::Refused(why)) => {
                 peer_log.line(format_args!("refused {}", why));
-                continue;
-            }
-            Ok(Accepted::Exhausted(e)) => {
-                if drop_oldest(&pending).await {
-                    peer_log.line(format_args!(
-                        "dropped a connection: no resources left to accept another ({}), \
-                         so the oldest one still waiting for its handshake made room",
-                        e
-                    ));
-                } else {
-                    peer_log.line(format_args!("accepting a connection failed: {}", e));
-                    Timer::after(RETRY_PAUSE).await;
-                }
                 continue;
             }
             Ok(Accepted::Retry(e)) => {
@@ -392,13 +378,13 @@ async fn accept_loop(
                 forget(&registry, id);
             });
             peers.insert(id, task);
-            peers.len() > MAX_PENDING
+            peers.len() > most_pending
         };
         if crowded && drop_oldest(&pending).await {
             peer_log.line(format_args!(
                 "dropped a connection: more than {} were waiting for their handshake \
                  or for the app, and it was the oldest",
-                MAX_PENDING
+                most_pending
             ));
         }
     }
@@ -506,7 +492,7 @@ impl PeerLog {
             drop(state);
             log(format_args!(
                 "{} more connection(s) dropped or refused (lines about single \
-                 connections are limited to one per {:?})",
+                 connections are limited to one every {:?})",
                 count, PEER_LOG_INTERVAL
             ));
         }
@@ -551,10 +537,11 @@ async fn read_handshake(
     timeout: Duration,
 ) -> Result<(Handshake, Reader), HandshakeFailure> {
     let reading = async {
-        // A silent peer costs no buffer: allocated once bytes arrive.
-        platform::readable(&inner)
-            .await
-            .map_err(HandshakeFailure::Io)?;
+        // A silent peer costs no buffer: allocated once bytes arrive. (The
+        // future is made in a statement of its own, so no borrow of
+        // `inner` is held across the wait.)
+        let readable = platform::readable(&inner);
+        readable.await.map_err(HandshakeFailure::Io)?;
         let mut buffer = Vec::new();
         let mut chunk = vec![0u8; READ_CHUNK];
         loop {

@@ -316,7 +316,6 @@ impl Acceptor {
     pub(super) async fn accept(&self) -> io::Result<Accepted> {
         let stream = match self.listener.accept().await {
             Ok((stream, _)) => stream,
-            Err(e) if is_exhaustion(&e) => return Ok(Accepted::Exhausted(e)),
             Err(e) if is_transient(&e) => return Ok(Accepted::Retry(e)),
             Err(e) => return Err(e),
         };
@@ -331,11 +330,24 @@ impl Acceptor {
     }
 }
 
-/// Waits until `stream` has bytes to read (or its end), so a silent peer
-/// costs no read buffer.
-pub(super) async fn readable(stream: &Reader) -> io::Result<()> {
+/// The most peers that may wait for their handshake at once: `most`, or
+/// half the descriptors this process may open if that is less. Each
+/// pending peer holds a descriptor; the other half is left for what the
+/// app does with the bridges it accepted (`serve`'s children take four
+/// each).
+pub(super) fn pending_limit(most: usize) -> usize {
+    let descriptors = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    match descriptors {
+        Some(limit) => (limit / 2).clamp(1, most as u64) as usize,
+        None => most,
+    }
+}
+
+/// Completes when `stream` has bytes to read (or its end), so a silent
+/// peer costs no read buffer.
+pub(super) fn readable(stream: &Reader) -> impl Future<Output = io::Result<()>> + Send + 'static {
     let socket: Arc<Async<std::os::unix::net::UnixStream>> = stream.clone().into();
-    socket.readable().await
+    async move { socket.readable().await }
 }
 
 /// Completes once the peer has closed the connection completely: see the
@@ -383,19 +395,15 @@ fn hung_up(socket: &std::os::unix::net::UnixStream) -> bool {
 
 /// Accept errors that say nothing about the listening socket itself.
 fn is_transient(e: &io::Error) -> bool {
-    is_exhaustion(e)
-        || matches!(
-            Errno::from_io_error(e),
-            Some(Errno::CONNABORTED) | Some(Errno::INTR) | Some(Errno::PROTO)
-        )
-}
-
-/// Accept errors that mean the process or system is out of descriptors or
-/// memory for the moment: freeing a descriptor lets the next accept work.
-fn is_exhaustion(e: &io::Error) -> bool {
     matches!(
         Errno::from_io_error(e),
-        Some(Errno::MFILE) | Some(Errno::NFILE) | Some(Errno::NOBUFS) | Some(Errno::NOMEM)
+        Some(Errno::CONNABORTED)
+            | Some(Errno::INTR)
+            | Some(Errno::MFILE)
+            | Some(Errno::NFILE)
+            | Some(Errno::NOBUFS)
+            | Some(Errno::NOMEM)
+            | Some(Errno::PROTO)
     )
 }
 
@@ -442,9 +450,7 @@ mod tests {
     #[test]
     fn transient_errors() {
         assert!(is_transient(&Errno::MFILE.into()));
-        assert!(is_exhaustion(&Errno::MFILE.into()));
         assert!(is_transient(&Errno::CONNABORTED.into()));
-        assert!(!is_exhaustion(&Errno::CONNABORTED.into()));
         assert!(!is_transient(&Errno::BADF.into()));
         assert!(!is_transient(&io::Error::new(io::ErrorKind::Other, "x")));
     }

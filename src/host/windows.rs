@@ -47,9 +47,17 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     Ok((Acceptor(PipeListener::bind(path)?), SocketFile))
 }
 
+/// The most peers that may wait for their handshake at once: `most`
+/// (handles are not counted against a small per-process limit here).
+pub(super) fn pending_limit(most: usize) -> usize {
+    most
+}
+
 /// Ready at once: a pipe's overlapped read needs its buffer up front.
-pub(super) async fn readable(_reader: &Reader) -> io::Result<()> {
-    Ok(())
+pub(super) fn readable(
+    _reader: &Reader,
+) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
+    futures_lite::future::ready(Ok(()))
 }
 
 /// Never completes: there is no hang-up watcher on Windows yet, so a

@@ -38,8 +38,12 @@
 //!   stuck writing to a command that stopped reading its stdin (the write
 //!   would never end, so the relay would never read the socket's end): a
 //!   watcher beside the relay sees the bridge close the connection
-//!   completely (on Linux; see `host`), and after [`AFTER_HANGUP_GRACE`]
-//!   the session ends and the command is stopped as on any disconnect.
+//!   completely, and at most a second later (as long as the bridge's own
+//!   drain) the session ends and the command is stopped as on any
+//!   disconnect. The watcher exists on Linux and Android only: elsewhere
+//!   `POLLHUP` does not tell a full close from the bridge's half-close, and
+//!   Windows pipes are not watched yet, so there such a session still
+//!   lasts until serve stops.
 //! - **A refusal says why.** The command is looked up when serve starts
 //!   (a path that is an executable file, or a name found on `PATH`), and
 //!   serve refuses to start, naming it, if it is not there. A bridge that
@@ -202,8 +206,8 @@ impl std::error::Error for ServeError {
 
 /// Serves until SIGINT, SIGTERM or SIGHUP, then stops every child and
 /// removes the endpoint. Blocks the calling thread; this is what `main`
-/// calls. On its way out it gives the log lines still queued up to
-/// [`LOG_FLUSH_LIMIT`] to reach stderr.
+/// calls. On its way out it gives the log lines still queued up to a
+/// second to reach stderr.
 pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
