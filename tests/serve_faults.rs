@@ -509,7 +509,7 @@ fn a_bridge_over_the_limit_gets_a_refusal_line() {
         );
         assert_eq!(
             message,
-            "mcp-bridge serve is busy: 1 connections are open, the most it serves at once"
+            "mcp-bridge serve is busy (connection limit: 1); try again later"
         );
 
         // Through a real bridge, the CLI sees the same line on stdout.

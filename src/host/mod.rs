@@ -59,9 +59,8 @@
 //!   process's file descriptor limit (so silent peers never take the
 //!   descriptors the app needs to serve the bridges it accepted); beyond
 //!   that, the *oldest* one is dropped, which is never a bridge that just
-//!   connected. A silent peer
-//!   costs a socket and a small task, no buffer: the read buffer is only
-//!   allocated once its first bytes arrive.
+//!   connected. A silent peer costs a socket and a small task, no buffer:
+//!   the read buffer is only allocated once its first bytes arrive.
 //! - **No byte is lost.** Bytes that arrive right behind the handshake line
 //!   are handed over at the front of the connection's [`Reader`].
 //!
@@ -133,8 +132,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most connections that may be between "accepted" and "taken by
 /// [`Listener::accept`]" at once: reading their handshake, or waiting for
-/// the app. Beyond it, the oldest is dropped to make room for the newest,
-/// so accepting never stops. Bounds our memory (a socket, a task and at
+/// the app (on Unix, half the soft limit of open files if that is lower).
+/// Beyond it, the oldest is dropped to make room for the newest, so
+/// accepting never stops. Bounds our memory (a socket, a small task and at
 /// most one handshake each) when peers connect and say nothing, or the app
 /// stops calling accept; high enough that hundreds of silent peers do not
 /// push out a bridge whose handshake is already on its way.
@@ -336,8 +336,8 @@ type Pending = Mutex<BTreeMap<u64, Task<()>>>;
 /// peer must not keep a bridge that has already sent its handshake waiting
 /// in the kernel's backlog. Memory and descriptors are bounded by dropping
 /// the oldest pending peer instead (see [`MAX_PENDING`] and
-/// `platform::pending_limit`). Dropping the loop
-/// drops `pending`, which cancels every handshake still being read.
+/// `platform::pending_limit`). Dropping the loop drops `pending`, which
+/// cancels every handshake still being read.
 async fn accept_loop(
     acceptor: platform::Acceptor,
     options: Options,

@@ -53,17 +53,18 @@
 //! of a Unix stream socket (it sets it once the socket is shut down both
 //! ways, which the peer's close does); the bridge's half-close after its
 //! stdin ends shows only as `POLLIN`/`POLLRDHUP`, so it is not mistaken for
-//! a hang-up. The watcher waits for readability on the reactor (no wake-up
+//! a hang-up (our own side never shuts its writing down while a session
+//! runs, so that half of `POLLHUP` is always the peer's doing). The watcher waits for readability on the reactor (no wake-up
 //! at all while the connection is idle), then asks `poll(2)` with a zero
 //! timeout whether `POLLHUP` (or `POLLERR`) is set. If not, the socket is
 //! readable for another reason: bytes the relay has not read yet (it may be
 //! stuck writing to a command that does not read), or a half-close. Both
 //! can last, and readability would then wake the watcher at once, again
 //! and again; so it sleeps [`HANGUP_RECHECK`] before looking again.
-//! Other systems do not agree on `POLLHUP` for a half-closed socket (BSD
-//! kernels may raise it when only the peer's writing side is shut), so
-//! there the watcher never completes and a session ends as before, when
-//! its relay sees the end.
+//! Other kernels do not all keep `POLLHUP` for the full close (some raise
+//! it as soon as the peer's writing side is shut, which would cut the
+//! bridge's drain short), so there the watcher never completes and a
+//! session ends as before, when its relay sees the end.
 //!
 //! # Peer credentials
 //!

@@ -274,7 +274,7 @@ pub async fn serve(
                 label, open, config.max_connections
             ));
             let reason = format!(
-                "mcp-bridge serve is busy: {} connections are open, the most it serves at once",
+                "mcp-bridge serve is busy (connection limit: {}); try again later",
                 config.max_connections
             );
             // In a task of its own: the write is bounded, but accepting
