@@ -62,6 +62,7 @@ mod forward;
 
 pub mod app_server;
 pub mod bridge;
+pub mod diag;
 pub mod endpoint;
 #[allow(dead_code)] // until the relay uses it (issue 11)
 mod envelope;

@@ -22,7 +22,6 @@ mod unix;
 #[cfg(unix)]
 use unix as platform;
 #[cfg(unix)]
-#[allow(unused_imports)] // the host's bind will check it too
 pub(crate) use unix::MAX_PATH_BYTES;
 #[cfg(windows)]
 mod windows;

@@ -51,28 +51,65 @@
 //!   [`HANDSHAKE_TIMEOUT`]. A peer that sends an oversized, invalid, or
 //!   unfinished handshake is dropped with a log line while other peers keep
 //!   being accepted.
+//! - **Idle peers cannot starve real ones.** Accepting never stops to wait
+//!   for slow handshakes: a bridge sends its handshake the moment it
+//!   connects, so it is read at once however many silent peers are being
+//!   held. At most [`MAX_PENDING`] peers may wait for their handshake (or
+//!   for the app to take them) at once, and on Unix at most half the
+//!   process's file descriptor limit (so silent peers never take the
+//!   descriptors the app needs to serve the bridges it accepted); beyond
+//!   that, the *oldest* one is dropped, which is never a bridge that just
+//!   connected. A silent peer costs a socket and a small task, no buffer:
+//!   the read buffer is only allocated once its first bytes arrive.
 //! - **No byte is lost.** Bytes that arrive right behind the handshake line
 //!   are handed over at the front of the connection's [`Reader`].
 //!
-//! Log lines go to stderr, prefixed `mcp-bridge:`, because a refused peer
-//! is something the app's operator must be able to see, and accept() has
-//! no one else to tell.
+//! # Refusing a bridge
+//!
+//! An app that will not serve a bridge (a limit reached, a server that
+//! cannot start) should say why rather than just close: a bare close looks
+//! to the MCP CLI like a server that ended normally, and its user sees
+//! nothing. [`Connection::refuse`] writes the protocol's refusal line, one
+//! JSON-RPC error response with a `null` id (the id of an error that
+//! belongs to no request), then closes:
+//!
+//! ```text
+//! {"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"<why>"}}\n
+//! ```
+//!
+//! The bridge relays it to the CLI like any other line, and the CLI shows
+//! the message. [`REFUSAL_CODE`] is `-32000`, the first of JSON-RPC's
+//! "server error" codes; `<why>` is a JSON string escaped by `serde_json`.
+//!
+//! # Log lines
+//!
+//! Log lines go to stderr, prefixed `mcp-bridge:`, through [`diag`] (so a
+//! stderr nobody reads never stalls accepting), because a refused peer is
+//! something the app's operator must be able to see, and accept() has no
+//! one else to tell. Lines about single peers (refused, dropped) are
+//! limited to one per second; the others are counted, and the count is
+//! logged once the second is over, so a flood of bad peers cannot flood
+//! the log.
+//!
+//! [`diag`]: crate::diag
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
-use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncReadExt};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use serde_json::Value;
 use smol::channel::{self, Receiver, Sender};
-use smol::lock::Semaphore;
 use smol::Task;
 
+use crate::diag;
 use crate::handshake::Handshake;
 use crate::wait;
 
@@ -97,9 +134,26 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most connections that may be between "accepted" and "taken by
 /// [`Listener::accept`]" at once: reading their handshake, or waiting for
-/// the app. Beyond it, new peers wait in the kernel's backlog. Bounds our
-/// memory at this many handshake buffers when the app stops calling accept.
-const MAX_PENDING: usize = 256;
+/// the app (on Unix, half the soft limit of open files if that is lower).
+/// Beyond it, the oldest is dropped to make room for the newest, so
+/// accepting never stops. Bounds our memory (a socket, a small task and at
+/// most one handshake each) when peers connect and say nothing, or the app
+/// stops calling accept; high enough that hundreds of silent peers do not
+/// push out a bridge whose handshake is already on its way.
+pub const MAX_PENDING: usize = 1024;
+
+/// Lines about single peers (refused, dropped) are written at most once
+/// per this interval; the rest are counted into one line at its end.
+const PEER_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long [`Connection::refuse`] may take to write its line. It fits in
+/// any socket buffer, so only a peer that filled ours without reading
+/// could hold it up.
+const REFUSAL_WRITE_LIMIT: Duration = Duration::from_secs(1);
+
+/// The JSON-RPC error code of the refusal line: the first of the range the
+/// specification leaves to servers ("server error").
+pub const REFUSAL_CODE: i64 = -32000;
 
 /// How long the accept loop pauses after a transient failure (such as
 /// running out of file descriptors) so it does not spin while it lasts.
@@ -138,10 +192,9 @@ pub struct Listener {
     /// Removes the socket file on drop (before the accept loop below closes
     /// the socket itself, so no new peer can connect in between).
     _file: platform::SocketFile,
-    /// The accept loop; dropping it cancels the loop.
+    /// The accept loop; dropping it cancels the loop, and with it every
+    /// handshake still being read.
     _accepting: Task<()>,
-    /// Fires on drop, which ends every handshake still being read.
-    _stop: wait::StopOnDrop,
 }
 
 /// One accepted bridge whose handshake has been read.
@@ -217,14 +270,12 @@ impl Listener {
             source,
         })?;
         let (ready_sender, ready) = channel::bounded(1);
-        let (stop, stopped) = wait::stop_signal();
-        let accepting = smol::spawn(accept_loop(acceptor, options, ready_sender, stopped));
+        let accepting = smol::spawn(accept_loop(acceptor, options, ready_sender));
         Ok(Listener {
             endpoint: endpoint.to_path_buf(),
             ready,
             _file: file,
             _accepting: accepting,
-            _stop: stop,
         })
     }
 
@@ -262,30 +313,49 @@ impl fmt::Debug for Listener {
     }
 }
 
-/// Writes one diagnostic line on stderr.
+/// Writes one diagnostic line on stderr, without waiting for it.
 fn log(message: fmt::Arguments<'_>) {
-    eprintln!("mcp-bridge: {}", message);
+    diag::log(message);
 }
+
+/// A poisoned lock only means a panic elsewhere; the data is still sound.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The tasks of the peers accepted but not yet taken by the app (reading
+/// their handshake, or waiting for [`Listener::accept`]), by accept order,
+/// so the oldest is the first one found. Dropping a task cancels it, which
+/// drops its peer; each task removes itself when it ends.
+type Pending = Mutex<BTreeMap<u64, Task<()>>>;
 
 /// Accepts peers for as long as the listener lives, reading each one's
 /// handshake in its own task so a slow peer holds up nobody else.
+///
+/// It never waits for a handshake before accepting the next peer: a silent
+/// peer must not keep a bridge that has already sent its handshake waiting
+/// in the kernel's backlog. Memory and descriptors are bounded by dropping
+/// the oldest pending peer instead (see [`MAX_PENDING`] and
+/// `platform::pending_limit`). Dropping the loop drops `pending`, which
+/// cancels every handshake still being read.
 async fn accept_loop(
     acceptor: platform::Acceptor,
     options: Options,
     ready: Sender<io::Result<Connection>>,
-    stopped: wait::Stopped,
 ) {
-    let pending = Arc::new(Semaphore::new(MAX_PENDING));
+    let most_pending = platform::pending_limit(MAX_PENDING);
+    let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
+    let peer_log = Arc::new(PeerLog::default());
+    let mut next_id: u64 = 0;
     loop {
-        let permit = pending.acquire_arc().await;
         let (reader, writer) = match acceptor.accept().await {
             Ok(Accepted::Peer(streams)) => *streams,
             Ok(Accepted::Refused(why)) => {
-                log(format_args!("refused {}", why));
+                peer_log.line(format_args!("refused {}", why));
                 continue;
             }
             Ok(Accepted::Retry(e)) => {
-                log(format_args!("accepting a connection failed: {}", e));
+                peer_log.line(format_args!("accepting a connection failed: {}", e));
                 Timer::after(RETRY_PAUSE).await;
                 continue;
             }
@@ -295,34 +365,137 @@ async fn accept_loop(
                 return;
             }
         };
-        let ready = ready.clone();
-        let stopped = stopped.clone();
-        smol::spawn(async move {
-            let handshake =
-                read_handshake(reader, options.handshake_limit, options.handshake_timeout);
-            let stopped = async {
-                stopped.wait().await;
-                Err(HandshakeFailure::Stopped)
+        next_id += 1;
+        let id = next_id;
+        let work = take_handshake(reader, writer, options, ready.clone(), peer_log.clone());
+        let registry = Arc::downgrade(&pending);
+        let crowded = {
+            // Locked across the spawn, so the task cannot try to remove
+            // itself before it is in the map.
+            let mut peers = lock(&pending);
+            let task = smol::spawn(async move {
+                work.await;
+                forget(&registry, id);
+            });
+            peers.insert(id, task);
+            peers.len() > most_pending
+        };
+        if crowded && drop_oldest(&pending).await {
+            peer_log.line(format_args!(
+                "dropped a connection: more than {} were waiting for their handshake \
+                 or for the app, and it was the oldest",
+                most_pending
+            ));
+        }
+    }
+}
+
+/// Removes a finished handshake task from the pending map.
+fn forget(registry: &Weak<Pending>, id: u64) {
+    if let Some(pending) = registry.upgrade() {
+        // The running task's own handle: let it finish on its own.
+        if let Some(task) = lock(&pending).remove(&id) {
+            task.detach();
+        }
+    }
+}
+
+/// Cancels the oldest pending peer's task and waits until it is gone (its
+/// socket closed); `false` if no peer is pending.
+async fn drop_oldest(pending: &Pending) -> bool {
+    let oldest = {
+        let mut peers = lock(pending);
+        let first = peers.keys().next().copied();
+        first.and_then(|id| peers.remove(&id))
+    };
+    match oldest {
+        Some(task) => {
+            task.cancel().await;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Reads one peer's handshake and hands the connection to the app.
+async fn take_handshake(
+    reader: platform::Reader,
+    writer: platform::Writer,
+    options: Options,
+    ready: Sender<io::Result<Connection>>,
+    peer_log: Arc<PeerLog>,
+) {
+    match read_handshake(reader, options.handshake_limit, options.handshake_timeout).await {
+        Ok((handshake, reader)) => {
+            let connection = Connection {
+                handshake,
+                reader,
+                writer: Writer(writer),
             };
-            match future::or(handshake, stopped).await {
-                Ok((handshake, reader)) => {
-                    let connection = Connection {
-                        handshake,
-                        reader,
-                        writer: Writer(writer),
-                    };
-                    // Fails only when the listener is gone: the peer is
-                    // then dropped, which is all there is left to do.
-                    let _ = ready.send(Ok(connection)).await;
+            // Fails only when the listener is gone: the peer is then
+            // dropped, which is all there is left to do.
+            let _ = ready.send(Ok(connection)).await;
+        }
+        // Not worth a line: a liveness probe (such as another
+        // `Listener::bind` checking whether we are alive).
+        Err(HandshakeFailure::Probe) => {}
+        Err(failure) => peer_log.line(format_args!("dropped a connection: {}", failure)),
+    }
+}
+
+/// Log lines about single peers, at most one per [`PEER_LOG_INTERVAL`]:
+/// one bad peer is worth a line, a thousand are worth one line and a
+/// count. The lines held back are counted and logged in one line at the
+/// end of the interval (which starts a new one).
+#[derive(Debug, Default)]
+struct PeerLog(Mutex<PeerLogState>);
+
+#[derive(Debug, Default)]
+struct PeerLogState {
+    /// Until when lines are counted instead of written.
+    quiet_until: Option<Instant>,
+    /// Lines held back since the last line written.
+    held_back: u64,
+}
+
+impl PeerLog {
+    fn line(self: &Arc<Self>, message: fmt::Arguments<'_>) {
+        let now = Instant::now();
+        let mut state = lock(&self.0);
+        match state.quiet_until {
+            Some(until) if now < until => {
+                state.held_back += 1;
+                if state.held_back == 1 {
+                    let log = self.clone();
+                    smol::spawn(async move {
+                        Timer::at(until).await;
+                        log.count_held_back();
+                    })
+                    .detach();
                 }
-                // Not worth a line: a shutdown, or a liveness probe (such as
-                // another `Listener::bind` checking whether we are alive).
-                Err(HandshakeFailure::Stopped) | Err(HandshakeFailure::Probe) => {}
-                Err(failure) => log(format_args!("dropped a connection: {}", failure)),
             }
-            drop(permit);
-        })
-        .detach();
+            _ => {
+                state.quiet_until = Some(now + PEER_LOG_INTERVAL);
+                drop(state);
+                log(message);
+            }
+        }
+    }
+
+    /// Logs how many lines were held back, if any; that line starts a new
+    /// quiet interval of its own.
+    fn count_held_back(&self) {
+        let mut state = lock(&self.0);
+        let count = std::mem::take(&mut state.held_back);
+        if count > 0 {
+            state.quiet_until = Some(Instant::now() + PEER_LOG_INTERVAL);
+            drop(state);
+            log(format_args!(
+                "{} more connection(s) dropped or refused (lines about single \
+                 connections are limited to one every {:?})",
+                count, PEER_LOG_INTERVAL
+            ));
+        }
     }
 }
 
@@ -337,8 +510,6 @@ enum HandshakeFailure {
     Probe,
     Io(io::Error),
     Invalid(crate::handshake::HandshakeError),
-    /// The listener was dropped while waiting: not worth a log line.
-    Stopped,
 }
 
 impl fmt::Display for HandshakeFailure {
@@ -354,7 +525,6 @@ impl fmt::Display for HandshakeFailure {
             HandshakeFailure::Probe => f.write_str("closed without sending anything"),
             HandshakeFailure::Io(e) => write!(f, "reading its handshake failed: {}", e),
             HandshakeFailure::Invalid(e) => e.fmt(f),
-            HandshakeFailure::Stopped => f.write_str("the listener stopped"),
         }
     }
 }
@@ -367,8 +537,13 @@ async fn read_handshake(
     timeout: Duration,
 ) -> Result<(Handshake, Reader), HandshakeFailure> {
     let reading = async {
+        // A silent peer costs no buffer: allocated once bytes arrive. (The
+        // future is made in a statement of its own, so no borrow of
+        // `inner` is held across the wait.)
+        let readable = platform::readable(&inner);
+        readable.await.map_err(HandshakeFailure::Io)?;
         let mut buffer = Vec::new();
-        let mut chunk = [0u8; READ_CHUNK];
+        let mut chunk = vec![0u8; READ_CHUNK];
         loop {
             let n = match inner.read(&mut chunk).await {
                 Ok(0) if buffer.is_empty() => return Err(HandshakeFailure::Probe),
@@ -402,6 +577,62 @@ async fn read_handshake(
         inner,
     };
     Ok((handshake, reader))
+}
+
+impl Connection {
+    /// Turns this bridge away with a reason its MCP CLI can show: writes the
+    /// protocol's refusal line (see [the module docs](self#refusing-a-bridge))
+    /// and closes the connection. Takes at most a second, however the peer
+    /// behaves.
+    ///
+    /// ```no_run
+    /// # async fn f(listener: mcp_bridge::host::Listener) -> std::io::Result<()> {
+    /// let connection = listener.accept().await?;
+    /// connection.refuse("this app serves one agent at a time").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// If the line could not be written (the peer is gone, or did not take
+    /// it in time); the connection is closed all the same.
+    pub async fn refuse(self, reason: &str) -> io::Result<()> {
+        let mut writer = self.writer;
+        let line = refusal_line(reason);
+        let sent = wait::timeout(REFUSAL_WRITE_LIMIT, async {
+            writer.write_all(&line).await?;
+            writer.close().await
+        })
+        .await;
+        sent.unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into()))
+    }
+}
+
+/// The refusal line for `reason`, final `\n` included: a JSON-RPC error
+/// response with a `null` id and [`REFUSAL_CODE`].
+///
+/// Written by hand, like the handshake, so the key order is fixed here.
+fn refusal_line(reason: &str) -> Vec<u8> {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\"message\":{}}}}}\n",
+        REFUSAL_CODE,
+        Value::from(reason)
+    )
+    .into_bytes()
+}
+
+impl Reader {
+    /// Completes once the peer has closed the connection completely (both
+    /// directions), as opposed to the half-close a bridge makes when its
+    /// stdin ends; never completes where that cannot be told (see the
+    /// platform module).
+    ///
+    /// For `serve`: its relay only notices a bridge going away when it next
+    /// reads the socket, which it never does while it is stuck writing to a
+    /// command that stopped reading. This watches the socket beside it.
+    pub(crate) fn hangup(&self) -> impl Future<Output = ()> + Send + 'static {
+        platform::hangup(&self.inner)
+    }
 }
 
 impl AsyncRead for Reader {
@@ -603,6 +834,18 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.to_string(), "invalid handshake: 'requester' is missing");
         });
+    }
+
+    #[test]
+    fn the_refusal_line_is_one_json_rpc_error_with_a_null_id() {
+        let line = refusal_line("busy \"now\"\n");
+        assert_eq!(
+            String::from_utf8(line.clone()).unwrap(),
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\
+             \"message\":\"busy \\\"now\\\"\\n\"}}\n"
+        );
+        let value: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(value["error"]["message"], "busy \"now\"\n");
     }
 
     #[test]

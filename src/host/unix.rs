@@ -37,6 +37,35 @@
 //! still the same inode that was probed, and on drop only if it is still our
 //! own, so a listener never deletes another's socket.
 //!
+//! # The path's length
+//!
+//! A socket address holds at most [`MAX_PATH_BYTES`] bytes of path (107 on
+//! Linux, 103 elsewhere), and the bridge refuses a longer endpoint before
+//! trying it. `bind` checks the same limit, from the same constant, so it
+//! never creates a socket no bridge can reach (`link` would happily give it
+//! a longer name). The private path is shorter than that unless the file
+//! name is very short; `bind` then says which path did not fit.
+//!
+//! # Noticing that a peer has gone
+//!
+//! [`hangup`] completes when the peer has closed both directions. On Linux
+//! (and Android) the kernel reports exactly that as `POLLHUP` on our end
+//! of a Unix stream socket (it sets it once the socket is shut down both
+//! ways, which the peer's close does); the bridge's half-close after its
+//! stdin ends shows only as `POLLIN`/`POLLRDHUP`, so it is not mistaken for
+//! a hang-up (our own side never shuts its writing down while a session
+//! runs, so that half of `POLLHUP` is always the peer's doing). The watcher waits for readability on the reactor (no wake-up
+//! at all while the connection is idle), then asks `poll(2)` with a zero
+//! timeout whether `POLLHUP` (or `POLLERR`) is set. If not, the socket is
+//! readable for another reason: bytes the relay has not read yet (it may be
+//! stuck writing to a command that does not read), or a half-close. Both
+//! can last, and readability would then wake the watcher at once, again
+//! and again; so it sleeps [`HANGUP_RECHECK`] before looking again.
+//! Other kernels do not all keep `POLLHUP` for the full close (some raise
+//! it as soon as the peer's writing side is shut, which would cut the
+//! bridge's drain short), so there the watcher never completes and a
+//! session ends as before, when its relay sees the end.
+//!
 //! # Peer credentials
 //!
 //! File permissions are the first gate; the second is the peer's uid from
@@ -45,15 +74,21 @@
 //! included: root can reach the file anyway, but need not reach the app.
 
 use std::fs;
+use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use std::time::Duration;
 
+use async_io::Async;
 use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
 use super::Accepted;
+use crate::endpoint::MAX_PATH_BYTES;
 
 pub(super) type Reader = UnixStream;
 pub(super) type Writer = UnixStream;
@@ -73,6 +108,13 @@ const PRIVATE_DIR_ATTEMPTS: usize = 64;
 
 /// Distinguishes the private directories of concurrent binds in one process.
 static PRIVATE_DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// How long the hang-up watcher sleeps when the socket is readable but not
+/// hung up (unread bytes, or a half-close), before it looks again: four
+/// cheap checks a second while that lasts, and a full close noticed within
+/// this much after it.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const HANGUP_RECHECK: Duration = Duration::from_millis(250);
 
 /// The listening socket, owned by the accept loop.
 pub(super) struct Acceptor {
@@ -96,13 +138,15 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
         ));
     }
     // Bridges connect by this path, so it must fit in a socket address
-    // (linking it into place would not mind its length).
-    if rustix::net::SocketAddrUnix::new(path).is_err() {
+    // (linking it into place would not mind its length): the bridge's own
+    // limit, so neither side accepts a path the other refuses.
+    let len = path.as_os_str().len();
+    if len > MAX_PATH_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "the socket path is too long ({} bytes); the OS allows about 100",
-                path.as_os_str().len()
+                "a Unix socket path can have at most {} bytes, this one has {}",
+                MAX_PATH_BYTES, len
             ),
         ));
     }
@@ -284,6 +328,69 @@ impl Acceptor {
             )),
             Err(e) => Accepted::Refused(format!("a connection whose user cannot be told ({})", e)),
         })
+    }
+}
+
+/// The most peers that may wait for their handshake at once: `most`, or
+/// half the descriptors this process may open if that is less. Each
+/// pending peer holds a descriptor; the other half is left for what the
+/// app does with the bridges it accepted (`serve`'s children take four
+/// each).
+pub(super) fn pending_limit(most: usize) -> usize {
+    let descriptors = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    match descriptors {
+        Some(limit) => (limit / 2).clamp(1, most as u64) as usize,
+        None => most,
+    }
+}
+
+/// Completes when `stream` has bytes to read (or its end), so a silent
+/// peer costs no read buffer.
+pub(super) fn readable(stream: &Reader) -> impl Future<Output = io::Result<()>> + Send + 'static {
+    let socket: Arc<Async<std::os::unix::net::UnixStream>> = stream.clone().into();
+    async move { socket.readable().await }
+}
+
+/// Completes once the peer has closed the connection completely: see the
+/// module docs.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(super) fn hangup(stream: &Reader) -> impl Future<Output = ()> + Send + 'static {
+    let socket: Arc<Async<std::os::unix::net::UnixStream>> = stream.clone().into();
+    async move {
+        loop {
+            if socket.readable().await.is_err() {
+                // The reactor cannot watch it; the relay still ends the
+                // session when it sees the end.
+                return futures_lite::future::pending().await;
+            }
+            if hung_up(socket.get_ref()) {
+                return;
+            }
+            async_io::Timer::after(HANGUP_RECHECK).await;
+        }
+    }
+}
+
+/// Never completes: this system's `POLLHUP` cannot tell a hang-up from a
+/// half-close (see the module docs).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(super) fn hangup(_stream: &Reader) -> impl Future<Output = ()> + Send + 'static {
+    futures_lite::future::pending()
+}
+
+/// Whether the kernel says the socket is shut down both ways (or failed),
+/// asked without waiting.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn hung_up(socket: &std::os::unix::net::UnixStream) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(socket, PollFlags::IN)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut fds, Some(&now)) {
+        Ok(_) => fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR),
+        Err(_) => false,
     }
 }
 

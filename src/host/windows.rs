@@ -135,6 +135,26 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     Ok((Acceptor(PipeListener::bind(path)?), SocketFile))
 }
 
+/// The most peers that may wait for their handshake at once: `most`
+/// (handles are not counted against a small per-process limit here).
+pub(super) fn pending_limit(most: usize) -> usize {
+    most
+}
+
+/// Ready at once: a pipe's overlapped read needs its buffer up front.
+pub(super) fn readable(
+    _reader: &Reader,
+) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
+    futures_lite::future::ready(Ok(()))
+}
+
+/// Never completes: there is no hang-up watcher on Windows yet, so a
+/// session ends when its relay sees the pipe close, which it does not
+/// while it is stuck writing to a command that stopped reading.
+pub(super) fn hangup(_reader: &Reader) -> impl std::future::Future<Output = ()> + Send + 'static {
+    futures_lite::future::pending()
+}
+
 impl Acceptor {
     pub(super) async fn accept(&self) -> io::Result<Accepted> {
         match self.0.next_connection().await {

@@ -23,10 +23,42 @@
 //! `[<requester>]` prefix: it must be drained anyway (a full pipe would stall
 //! the child), and an operator watching several agents needs to know whose
 //! server said what.
+//!
+//! # Faults kept to their own connection
+//!
+//! - **The log never stalls a session.** Log lines and the children's
+//!   stderr lines go through [`diag`]'s bounded queue: a stderr nobody
+//!   reads drops lines (and says how many), it never blocks relaying,
+//!   accepting or shutdown; a stderr whose reader went away is ignored.
+//! - **A client's ids cannot flood the log.** The requester and project
+//!   shown in log lines and in the stderr prefix are escaped and cut to
+//!   [`LABEL_LIMIT`] characters, followed by `…` and the id's full length
+//!   in bytes when cut.
+//! - **A bridge that goes away frees its slot**, even while the relay is
+//!   stuck writing to a command that stopped reading its stdin (the write
+//!   would never end, so the relay would never read the socket's end): a
+//!   watcher beside the relay sees the bridge close the connection
+//!   completely, and at most a second later (as long as the bridge's own
+//!   drain) the session ends and the command is stopped as on any
+//!   disconnect. The watcher exists on Linux and Android only: elsewhere
+//!   `POLLHUP` does not tell a full close from the bridge's half-close, and
+//!   Windows pipes are not watched yet, so there such a session still
+//!   lasts until serve stops.
+//! - **A refusal says why.** The command is looked up when serve starts
+//!   (a path that is an executable file, or a name found on `PATH`), and
+//!   serve refuses to start, naming it, if it is not there. A bridge that
+//!   is turned away (the connection limit, a command that fails to start,
+//!   a handshake whose ids cannot be put in the environment because they
+//!   contain a NUL) gets the protocol's refusal line before the close,
+//!   `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"<why>"}}`
+//!   (see [`host::Connection::refuse`]), so its CLI can show why.
+//!
+//! [`diag`]: crate::diag
+//! [`host::Connection::refuse`]: crate::host::Connection::refuse
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +72,7 @@ use smol::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::app_server::shutdown_child;
 use crate::bridge::DRAIN_GRACE;
+use crate::diag;
 use crate::handshake::Handshake;
 use crate::host::{BindError, Connection, Listener};
 use crate::relay::{self, Ending};
@@ -110,6 +143,22 @@ const AFTER_EXIT_GRACE: Duration = Duration::from_secs(1);
 /// (a grandchild may hold the pipe open).
 const STDERR_SETTLE: Duration = Duration::from_secs(1);
 
+/// After the bridge has closed the connection completely, how long the
+/// relay may still finish on its own (delivering what the bridge sent
+/// before it went, to a command that reads it) before the session is
+/// ended for it. As long as the bridge's own drain.
+const AFTER_HANGUP_GRACE: Duration = DRAIN_GRACE;
+
+/// Longest requester or project shown in a log line or a stderr prefix, in
+/// characters of its escaped form: ids are short names, and one client's
+/// 60 KiB id must not be copied into every line its server writes.
+pub const LABEL_LIMIT: usize = 64;
+
+/// How long [`run`] waits, on its way out, for the last log lines to reach
+/// stderr: all the time a healthy stderr needs, and a bounded delay when
+/// nobody reads it.
+const LOG_FLUSH_LIMIT: Duration = Duration::from_secs(1);
+
 /// Why `serve` stopped with a failure (exit code 1).
 #[derive(Debug)]
 pub enum ServeError {
@@ -119,6 +168,14 @@ pub enum ServeError {
     Bind(BindError),
     /// Accepting connections failed for good.
     Accept(io::Error),
+    /// The command cannot be run: it is not on `PATH`, or the path given
+    /// is not an executable file. `source` says which.
+    Command {
+        /// The program as given.
+        program: OsString,
+        /// Why it cannot be run.
+        source: io::Error,
+    },
 }
 
 impl fmt::Display for ServeError {
@@ -130,6 +187,9 @@ impl fmt::Display for ServeError {
             // Transparent: the bind error says it all.
             ServeError::Bind(e) => e.fmt(f),
             ServeError::Accept(_) => f.write_str("accepting connections failed"),
+            ServeError::Command { program, .. } => {
+                write!(f, "cannot run '{}'", program.to_string_lossy())
+            }
         }
     }
 }
@@ -138,31 +198,46 @@ impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ServeError::Signals(e) | ServeError::Accept(e) => Some(e),
+            ServeError::Command { source, .. } => Some(source),
             ServeError::Bind(e) => e.source(),
         }
     }
 }
 
-/// Serves until SIGINT or SIGTERM, then stops every child and removes the
-/// endpoint. Blocks the calling thread; this is what `main` calls.
+/// Serves until SIGINT, SIGTERM or SIGHUP, then stops every child and
+/// removes the endpoint. Blocks the calling thread; this is what `main`
+/// calls. On its way out it gives the log lines still queued up to a
+/// second to reach stderr.
 pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
-    smol::block_on(serve(config, async move {
+    let result = smol::block_on(serve(config, async move {
         let name = signals.next().await;
         log(format_args!("{} received: shutting down", name));
-    }))
+    }));
+    diag::flush(LOG_FLUSH_LIMIT);
+    result
 }
 
 /// Serves connections on `config.endpoint` until `stop` completes, then stops
 /// accepting, removes the endpoint, and stops every child before returning.
 /// [`run`] calls it with SIGINT/SIGTERM as `stop`; embedders and tests can
 /// pass any future.
+///
+/// # Errors
+///
+/// [`ServeError::Command`] if the command cannot be found, before anything
+/// is bound; [`ServeError::Bind`] if the endpoint cannot be bound;
+/// [`ServeError::Accept`] if accepting fails for good.
 pub async fn serve(
     config: &Config,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    platform::find_command(&config.program).map_err(|source| ServeError::Command {
+        program: config.program.clone(),
+        source,
+    })?;
     let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
     log(format_args!(
         "serving {} on '{}' (at most {} connections)",
@@ -198,6 +273,16 @@ pub async fn serve(
                 "{}: refused, {} connections already open (the limit is {})",
                 label, open, config.max_connections
             ));
+            let reason = format!(
+                "mcp-bridge serve is busy (connection limit: {}); try again later",
+                config.max_connections
+            );
+            // In a task of its own: the write is bounded, but accepting
+            // must not wait for it.
+            smol::spawn(async move {
+                let _ = connection.refuse(&reason).await;
+            })
+            .detach();
             continue;
         }
         let slot = Slot::take(&active, &running);
@@ -250,6 +335,7 @@ impl Drop for Slot {
 enum Outcome {
     Relayed(Result<Ending, relay::RelayError>),
     ChildExited,
+    HungUp,
     Stopped,
 }
 
@@ -265,6 +351,7 @@ impl fmt::Display for Outcome {
             }
             Outcome::Relayed(Err(e)) => write!(f, "{}", crate::error_chain(e)),
             Outcome::ChildExited => f.write_str("the command exited"),
+            Outcome::HungUp => f.write_str("the bridge closed the connection"),
             Outcome::Stopped => f.write_str("serve is shutting down"),
         }
     }
@@ -278,6 +365,19 @@ async fn serve_connection(
     config: &Config,
     stop: wait::Stopped,
 ) {
+    if let Some(field) = unpassable_field(&connection.handshake) {
+        log(format_args!(
+            "{}: refused, its {} contains a NUL byte, which cannot be passed to \
+             the command's environment",
+            label, field
+        ));
+        let reason = format!(
+            "mcp-bridge serve cannot pass this {} to its MCP server: it contains a NUL byte",
+            field
+        );
+        let _ = connection.refuse(&reason).await;
+        return;
+    }
     let (mut child, stdin, stdout, stderr) = match start_child(&connection.handshake, config) {
         Ok(started) => started,
         Err(e) => {
@@ -287,6 +387,12 @@ async fn serve_connection(
                 command_line(config),
                 e
             ));
+            let reason = format!(
+                "mcp-bridge serve cannot start its MCP server {}: {}",
+                command_line(config),
+                e
+            );
+            let _ = connection.refuse(&reason).await;
             return;
         }
     };
@@ -305,6 +411,18 @@ async fn serve_connection(
             "{}: ended ({}); stopping the command failed: {}",
             label, outcome, e
         )),
+    }
+}
+
+/// The handshake field that cannot be put in an environment variable (an
+/// OS string ends at its first NUL), if any.
+fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
+    if handshake.requester.contains('\0') {
+        Some("requester")
+    } else if handshake.project.contains('\0') {
+        Some("project")
+    } else {
+        None
     }
 }
 
@@ -337,6 +455,11 @@ fn start_child(
 /// child ends it, or serve stops. The relay owns both ends; when this
 /// returns they are dropped, which closes the connection and the child's
 /// stdin.
+///
+/// The bridge's end is watched beside the relay as well: the relay only
+/// reads the socket between writes to the child, so a child that stopped
+/// reading its stdin would keep it (and this connection's slot) forever
+/// after the bridge has gone.
 async fn relay_until_end(
     connection: Connection,
     child: &mut Child,
@@ -344,6 +467,7 @@ async fn relay_until_end(
     stdout: ChildStdout,
     stop: wait::Stopped,
 ) -> Outcome {
+    let hangup = connection.reader.hangup();
     let relayed = async {
         Outcome::Relayed(
             relay::relay(
@@ -367,17 +491,23 @@ async fn relay_until_end(
         stop.wait().await;
         Outcome::Stopped
     };
-    future::or(relayed, future::or(exited, stopped)).await
+    let hung_up = async {
+        hangup.await;
+        // A relay that is not stuck ends on its own meanwhile, delivering
+        // what the bridge sent before it went.
+        Timer::after(AFTER_HANGUP_GRACE).await;
+        Outcome::HungUp
+    };
+    future::or(relayed, future::or(exited, future::or(stopped, hung_up))).await
 }
 
 /// Copies the child's stderr to ours, one whole line at a time behind
 /// `prefix`, so lines of concurrent children never interleave mid-line.
+/// The lines go through [`diag`]'s queue: the child is drained at its own
+/// pace whatever our stderr does, and lines our stderr cannot take are
+/// dropped (and counted) rather than stalling anyone.
 async fn copy_stderr(stderr: ChildStderr, prefix: String) {
-    copy_lines(stderr, &prefix, |line| {
-        // Our stderr is gone: nothing left to tell, but keep draining.
-        let _ = io::stderr().lock().write_all(line);
-    })
-    .await;
+    copy_lines(stderr, &prefix, diag::write_line).await;
 }
 
 /// Reads `input` to its end and hands each line to `emit` behind `prefix`,
@@ -404,7 +534,8 @@ async fn copy_lines<R: AsyncRead + Unpin>(input: R, prefix: &str, mut emit: impl
 }
 
 /// How a connection is named in log lines: its number and, from the
-/// handshake, who is calling, escaped so a hostile id cannot forge lines.
+/// handshake, who is calling, escaped so a hostile id cannot forge lines
+/// and cut to [`LABEL_LIMIT`] so a huge one cannot flood them.
 struct Label {
     id: u64,
     requester: String,
@@ -415,8 +546,8 @@ impl Label {
     fn new(id: u64, handshake: &Handshake) -> Label {
         Label {
             id,
-            requester: handshake.requester.escape_debug().to_string(),
-            project: handshake.project.escape_debug().to_string(),
+            requester: shown(&handshake.requester),
+            project: shown(&handshake.project),
         }
     }
 
@@ -436,6 +567,24 @@ impl fmt::Display for Label {
     }
 }
 
+/// `id` as log lines show it: escaped (no control character gets
+/// through), and if that is longer than [`LABEL_LIMIT`] characters, cut
+/// there and followed by `…` and the id's full length in bytes. Escapes are
+/// never cut in half.
+fn shown(id: &str) -> String {
+    let mut text = String::new();
+    let mut length = 0;
+    for c in id.chars() {
+        let escaped = c.escape_debug();
+        if length + escaped.len() > LABEL_LIMIT {
+            return format!("{}… ({} bytes)", text, id.len());
+        }
+        length += escaped.len();
+        text.extend(escaped);
+    }
+    text
+}
+
 fn command_line(config: &Config) -> String {
     let mut line = format!("'{}'", config.program.to_string_lossy());
     for arg in &config.args {
@@ -446,8 +595,9 @@ fn command_line(config: &Config) -> String {
     line
 }
 
+/// Writes one diagnostic line on stderr, without waiting for it.
 fn log(message: fmt::Arguments<'_>) {
-    eprintln!("mcp-bridge: {}", message);
+    diag::log(message);
 }
 
 #[cfg(test)]
@@ -491,5 +641,49 @@ mod tests {
             "connection 3 (requester \"a\\nmcp-bridge: forged\", project \"p\")"
         );
         assert!(!label.prefix().contains('\n'));
+    }
+
+    /// A 60 KiB id would otherwise be copied into every line its server
+    /// writes to stderr.
+    #[test]
+    fn labels_are_cut_and_say_how_long_the_id_was() {
+        let long = "é".repeat(30 * 1024);
+        let label = Label::new(1, &Handshake::new("p", long.as_str()));
+        assert_eq!(
+            label.prefix(),
+            format!("[{}… (61440 bytes)] ", "é".repeat(LABEL_LIMIT))
+        );
+        assert_eq!(shown(&"x".repeat(LABEL_LIMIT)), "x".repeat(LABEL_LIMIT));
+        // An escape is never cut in half.
+        let newlines = shown(&"\n".repeat(LABEL_LIMIT));
+        assert_eq!(
+            newlines,
+            format!("{}… ({} bytes)", "\\n".repeat(LABEL_LIMIT / 2), LABEL_LIMIT)
+        );
+    }
+
+    #[test]
+    fn a_missing_command_names_it_once() {
+        let e = ServeError::Command {
+            program: "my-server".into(),
+            source: io::Error::new(io::ErrorKind::NotFound, "not on PATH"),
+        };
+        assert_eq!(
+            crate::error_chain(&e),
+            "cannot run 'my-server': not on PATH"
+        );
+    }
+
+    #[test]
+    fn nul_bytes_cannot_reach_the_environment() {
+        assert_eq!(unpassable_field(&Handshake::new("p", "r")), None);
+        assert_eq!(
+            unpassable_field(&Handshake::new("p", "a\0b")),
+            Some("requester")
+        );
+        assert_eq!(
+            unpassable_field(&Handshake::new("\0", "r")),
+            Some("project")
+        );
     }
 }

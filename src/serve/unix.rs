@@ -1,12 +1,26 @@
-//! Stop requests on Unix: SIGINT, SIGTERM and SIGHUP, caught with
-//! async-signal (smol's own crate), which turns them into a stream on the
-//! reactor. SIGHUP is a stop request too: a terminal closing or a
-//! supervisor's "hang up" must end in the same clean shutdown as SIGTERM,
-//! not leave the socket file behind.
+//! Unix specifics of `serve`: its stop requests, and finding its command.
+//!
+//! Stop requests are SIGINT, SIGTERM and SIGHUP, caught with async-signal
+//! (smol's own crate), which turns them into a stream on the reactor.
+//! SIGHUP is a stop request too: a terminal closing or a supervisor's "hang
+//! up" must end in the same clean shutdown as SIGTERM, not leave the socket
+//! file behind.
+//!
+//! The command is found the way `execvp` finds it (std's `Command` runs it
+//! that way): a name with a `/` is a path; any other name is looked for in
+//! each directory of `PATH`, an empty entry meaning the current directory.
 
+use std::ffi::OsStr;
+use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use futures_lite::StreamExt;
+
+/// Where the command is looked for when `PATH` is not set: glibc's default
+/// and musl's together, so a command either would find is not refused.
+const DEFAULT_PATH: &str = "/usr/local/bin:/bin:/usr/bin";
 
 /// SIGINT, SIGTERM and SIGHUP as stop requests.
 pub(super) struct StopSignals(async_signal::Signals);
@@ -29,5 +43,56 @@ impl StopSignals {
                 None => return "the end of the signal stream",
             }
         }
+    }
+}
+
+/// Checks that `program` names an executable file, as a path or on `PATH`.
+pub(super) fn find_command(program: &OsStr) -> io::Result<()> {
+    if program.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the command is empty",
+        ));
+    }
+    if program.as_bytes().contains(&b'/') {
+        return executable(Path::new(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    if std::env::split_paths(&path).any(|dir| executable(&dir.join(program)).is_ok()) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "no executable file of that name in any directory of PATH",
+    ))
+}
+
+/// `Ok` if `path` is a file this process may execute.
+fn executable(path: &Path) -> io::Result<()> {
+    if !fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a file",
+        ));
+    }
+    rustix::fs::access(path, rustix::fs::Access::EXEC_OK)
+        .map_err(|_| io::Error::new(io::ErrorKind::PermissionDenied, "it is not executable"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_found_like_execvp_finds_them() {
+        assert!(find_command(OsStr::new("sh")).is_ok());
+        assert!(find_command(OsStr::new("/bin/sh")).is_ok());
+        let missing = find_command(OsStr::new("mcp-bridge-no-such-command")).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        let path = find_command(OsStr::new("/nonexistent/server")).unwrap_err();
+        assert_eq!(path.kind(), io::ErrorKind::NotFound);
+        let dir = find_command(OsStr::new("/")).unwrap_err();
+        assert_eq!(dir.to_string(), "it is not a file");
+        assert!(find_command(OsStr::new("")).is_err());
     }
 }

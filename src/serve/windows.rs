@@ -1,4 +1,11 @@
-//! Stop requests on Windows: Ctrl+C and Ctrl+Break.
+//! Windows specifics of `serve`: its stop requests (Ctrl+C and
+//! Ctrl+Break), and finding its command.
+//!
+//! The command is a path if it contains a separator; otherwise it is looked
+//! for where std's `Command` looks: beside our own executable, in the
+//! system directories, and in each directory of `PATH`, as given and with
+//! `.exe` added when it has no extension. The check errs on the side of
+//! running: a name found in any of those places passes.
 //!
 //! Windows has no SIGINT or SIGTERM. Ctrl+C and Ctrl+Break reach a console
 //! process through a handler the system calls on a thread of its own;
@@ -10,7 +17,9 @@
 //! that way (or with `TerminateProcess`) runs no destructors, but its
 //! children's stdin closes with it, which is their cue to exit.
 
+use std::ffi::{OsStr, OsString};
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use smol::channel::{self, Receiver, Sender};
@@ -73,6 +82,61 @@ extern "system" fn console_ctrl(event: u32) -> i32 {
         let _ = sender.try_send(name);
     }
     i32::from(!waiters.is_empty())
+}
+
+/// Checks that `program` names a file, as a path or where std's `Command`
+/// would look for it.
+pub(super) fn find_command(program: &OsStr) -> io::Result<()> {
+    if program.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the command is empty",
+        ));
+    }
+    let as_path = Path::new(program);
+    let has_separator = program
+        .to_string_lossy()
+        .chars()
+        .any(|c| c == '/' || c == '\\' || c == ':');
+    let mut names = vec![OsString::from(program)];
+    if as_path.extension().is_none() {
+        let mut exe = OsString::from(program);
+        exe.push(".exe");
+        names.push(exe);
+    }
+    let dirs: Vec<PathBuf> = if has_separator {
+        vec![PathBuf::new()]
+    } else {
+        let mut dirs = Vec::new();
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        {
+            dirs.push(dir);
+        }
+        if let Some(root) = std::env::var_os("SystemRoot") {
+            let root = PathBuf::from(root);
+            dirs.push(root.join("System32"));
+            dirs.push(root);
+        }
+        if let Some(path) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&path));
+        }
+        dirs
+    };
+    let found = dirs
+        .iter()
+        .any(|dir| names.iter().any(|name| dir.join(name).is_file()));
+    if found {
+        Ok(())
+    } else if has_separator {
+        Err(io::Error::new(io::ErrorKind::NotFound, "no such file"))
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no file of that name beside mcp-bridge, in the system directories or on PATH",
+        ))
+    }
 }
 
 /// A poisoned lock only means a panic elsewhere; the data is still sound.

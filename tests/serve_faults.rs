@@ -1,0 +1,858 @@
+//! `mcp-bridge serve` under faults, each reproduced through real processes:
+//! a stderr nobody reads or nobody is left to read, commands that hang or
+//! cannot start, hostile handshakes, crowds of silent peers, a socket path
+//! too long for the bridge, SIGHUP.
+#![cfg(unix)]
+
+mod support;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use futures_lite::future;
+use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use futures_lite::StreamExt;
+use rustix::process::{Pid, Signal};
+use serde_json::Value;
+use smol::process::{Child, ChildStdin, ChildStdout, Command};
+
+use support::{TempDir, BIN};
+
+/// How long a test waits for something that should happen before calling it
+/// hung: only a guard against hanging the suite, generous because a loaded
+/// 2-core CI machine can starve freshly spawned processes for seconds.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// How often a waiting test looks again at what it waits for.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The longest socket path the bridge accepts (`sun_path` less its NUL).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const MAX_PATH_BYTES: usize = 107;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const MAX_PATH_BYTES: usize = 103;
+
+/// What becomes of serve's stderr.
+#[derive(Clone, Copy, PartialEq)]
+enum Stderr {
+    /// Read continuously by the test, every byte kept.
+    Collected,
+    /// A pipe whose read end stays open and is never read.
+    Unread,
+    /// A pipe whose read end is closed at once: every write fails (EPIPE).
+    Closed,
+}
+
+/// A running `mcp-bridge serve`.
+struct Serve {
+    child: std::process::Child,
+    log: Arc<Mutex<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+    /// The read end of an unread stderr, held open.
+    _unread: Option<std::process::ChildStderr>,
+    socket: PathBuf,
+}
+
+impl Serve {
+    fn start(socket: &Path, extra: &[&str], command: &[&str], stderr: Stderr) -> Serve {
+        Serve::start_with_fds(None, socket, extra, command, stderr)
+    }
+
+    /// [`Serve::start`], with the soft limit of open files set to `fds`
+    /// (through `ulimit -n` in a shell that then becomes serve).
+    fn start_with_fds(
+        fds: Option<u32>,
+        socket: &Path,
+        extra: &[&str],
+        command: &[&str],
+        stderr: Stderr,
+    ) -> Serve {
+        let mut serve = match fds {
+            None => std::process::Command::new(BIN),
+            Some(fds) => {
+                let mut shell = std::process::Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit -n {} && exec \"$0\" \"$@\"", fds))
+                    .arg(BIN);
+                shell
+            }
+        };
+        let mut child = serve
+            .arg("serve")
+            .arg("--endpoint")
+            .arg(socket)
+            .args(extra)
+            .arg("--")
+            .args(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pipe = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut serve = Serve {
+            child,
+            log: log.clone(),
+            reader: None,
+            _unread: None,
+            socket: socket.to_path_buf(),
+        };
+        match stderr {
+            Stderr::Collected => {
+                serve.reader = Some(std::thread::spawn(move || {
+                    let mut pipe = pipe;
+                    let mut chunk = [0u8; 64 * 1024];
+                    while let Ok(n) = pipe.read(&mut chunk) {
+                        if n == 0 {
+                            break;
+                        }
+                        log.lock().unwrap().extend_from_slice(&chunk[..n]);
+                    }
+                }));
+                serve.wait_for_log("serving");
+            }
+            Stderr::Unread => serve._unread = Some(pipe),
+            Stderr::Closed => drop(pipe),
+        }
+        serve.wait_until("the socket file", || socket.exists());
+        serve
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32).unwrap()
+    }
+
+    fn log(&self) -> String {
+        String::from_utf8_lossy(&self.log.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `done` holds, failing if serve exits first.
+    fn wait_until(&mut self, what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "serve exited ({}) waiting for {}:\n{}",
+                    status,
+                    what,
+                    self.log()
+                );
+            }
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "no {} within {:?}:\n{}",
+                what,
+                HANG_GUARD,
+                self.log()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn wait_for_log(&mut self, needle: &str) {
+        let log = self.log.clone();
+        self.wait_until(&format!("'{}' on serve's stderr", needle), || {
+            String::from_utf8_lossy(&log.lock().unwrap()).contains(needle)
+        });
+    }
+
+    /// Waits until serve's stderr contains `needle` at least `count` times.
+    fn wait_for_count(&mut self, needle: &str, count: usize) {
+        let log = self.log.clone();
+        self.wait_until(
+            &format!("{} x '{}' on serve's stderr", count, needle),
+            || {
+                String::from_utf8_lossy(&log.lock().unwrap())
+                    .matches(needle)
+                    .count()
+                    >= count
+            },
+        );
+    }
+
+    /// Waits for serve to exit on its own.
+    fn exit_status(&mut self) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                if let Some(reader) = self.reader.take() {
+                    reader.join().unwrap();
+                }
+                return status;
+            }
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "serve still running after {:?}:\n{}",
+                HANG_GUARD,
+                self.log()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Sends `signal` and waits for serve to exit.
+    fn stop(&mut self, signal: Signal) -> ExitStatus {
+        rustix::process::kill_process(self.pid(), signal).unwrap();
+        self.exit_status()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = fs::remove_file(&self.socket);
+    }
+}
+
+/// A bridge process, as an MCP CLI would spawn it, with line-wise stdio.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Bridge {
+    fn spawn(socket: &Path, requester: &str) -> Bridge {
+        let mut child = Command::new(BIN)
+            .arg("mcp-server")
+            .arg("--endpoint")
+            .arg(socket)
+            .args(["--project", "p", "--requester", requester])
+            .args(["--connect-timeout", "60"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Bridge {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin.write_all(bytes).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next line, or `None` at the end of stdout.
+    async fn line(&mut self) -> Option<String> {
+        within(HANG_GUARD, "a line from the bridge", self.stdout.next())
+            .await
+            .map(|line| line.unwrap())
+    }
+
+    async fn round_trip(&mut self, line: &str) -> String {
+        self.send(format!("{}\n", line).as_bytes()).await;
+        self.line().await.expect("a reply before EOF")
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    future::or(f, async {
+        Timer::after(limit).await;
+        panic!("timed out after {:?} waiting for {}", limit, what)
+    })
+    .await
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still counts: it is a child nobody reaped.
+    rustix::process::test_kill_process(Pid::from_raw(pid).unwrap()).is_ok()
+}
+
+/// The refusal line serve must send for `message`, byte for byte.
+fn refusal_line(message: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":{}}}}}\n",
+        Value::from(message)
+    )
+}
+
+/// Connects without a bridge, sends `handshake`, and reads to the end:
+/// the connection must carry exactly one refusal line, then close. Returns
+/// the refusal's message.
+fn refusal_for(socket: &Path, handshake: &[u8]) -> String {
+    let mut stream = StdUnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    stream.write_all(handshake).unwrap();
+    let mut got = Vec::new();
+    stream
+        .read_to_end(&mut got)
+        .expect("the connection closes after the refusal");
+    let text = String::from_utf8(got).unwrap();
+    assert_eq!(text.matches('\n').count(), 1, "one line: {:?}", text);
+    let value: Value = serde_json::from_str(&text).expect("a JSON line");
+    assert_eq!(value["jsonrpc"], "2.0", "{}", text);
+    assert!(value["id"].is_null(), "{}", text);
+    assert_eq!(value["error"]["code"], -32000, "{}", text);
+    let message = value["error"]["message"].as_str().unwrap().to_string();
+    assert_eq!(text, refusal_line(&message), "the exact form");
+    message
+}
+
+/// An app that spawned serve and never reads its stderr must not lose its
+/// MCP servers: once the pipe is full, log lines (and a child's 300 KB of
+/// stderr) would block the executor thread, stalling every session and
+/// SIGTERM with it. Relaying and shutdown go on; lines are dropped.
+#[test]
+fn an_unread_stderr_stalls_neither_relaying_nor_shutdown() {
+    let dir = TempDir::new("unread-stderr", 0o700);
+    let script = "head -c 300000 /dev/zero | tr '\\0' x >&2; echo ready; exec cat";
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Unread);
+    smol::block_on(async {
+        let mut bridges = Vec::new();
+        for n in 0..4 {
+            let mut bridge = Bridge::spawn(&dir.socket(), &format!("agent-{}", n));
+            // Its 300 KB of stderr have been written: they went somewhere.
+            assert_eq!(bridge.line().await.as_deref(), Some("ready"));
+            bridges.push(bridge);
+        }
+        for (n, bridge) in bridges.iter_mut().enumerate() {
+            let line = format!("{{\"id\":{}}}", n);
+            assert_eq!(bridge.round_trip(&line).await, line);
+        }
+    });
+    let status = serve.stop(Signal::TERM);
+    assert_eq!(status.code(), Some(0), "{}", status);
+    assert!(!dir.socket().exists(), "the socket file is removed");
+}
+
+/// A log collector that restarts, or `serve ... 2>&1 | head`: the reader of
+/// serve's stderr is gone, and a log line must not turn into a panic (with
+/// `panic = "abort"`, a SIGABRT that cuts every session and leaves the
+/// socket file behind).
+#[test]
+fn a_closed_stderr_is_ignored_and_serve_still_exits_cleanly() {
+    let dir = TempDir::new("closed-stderr", 0o700);
+    let script = "echo 'to a closed stderr' >&2; exec cat";
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Closed);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "r");
+        assert_eq!(bridge.round_trip("ping").await, "ping");
+        let mut second = Bridge::spawn(&dir.socket(), "s");
+        assert_eq!(second.round_trip("pong").await, "pong");
+    });
+    let status = serve.stop(Signal::TERM);
+    assert_eq!(status.code(), Some(0), "not killed by a signal: {}", status);
+    assert!(!dir.socket().exists(), "the socket file is removed");
+}
+
+/// Three CLIs die while their MCP server is hung (it reads nothing), each
+/// after sending more than the pipes hold, so serve's relay is stuck
+/// writing to the child and never reads the end of the connection. Their
+/// slots must come back: with `--max-connections 3`, a fourth bridge is
+/// served, and the hung children are gone.
+#[test]
+fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
+    let dir = TempDir::new("hung", 0o700);
+    let script = "if [ \"$MCP_BRIDGE_REQUESTER\" = hung ]; then echo $$; exec sleep 1000; \
+                  else exec cat; fi";
+    let mut serve = Serve::start(
+        &dir.socket(),
+        &["--max-connections", "3"],
+        &["sh", "-c", script],
+        Stderr::Collected,
+    );
+    // More than the bridge's stdin pipe and buffer hold (128 KiB), so at
+    // least 172 KB reach serve, which can only take 128 KiB off the socket
+    // (its buffer and the child's stdin pipe): its write to the child is
+    // then stuck. Less than all of those together (~450 KB), so the write
+    // here completes.
+    const SENT: usize = 300 * 1000;
+    let pids = smol::block_on(async {
+        let mut pids = Vec::new();
+        for _ in 0..3 {
+            let mut bridge = Bridge::spawn(&dir.socket(), "hung");
+            let pid: i32 = bridge.line().await.unwrap().parse().unwrap();
+            let mut request = vec![b'x'; SENT];
+            request.push(b'\n');
+            within(HANG_GUARD, "the bulk write", bridge.send(&request)).await;
+            bridge.child.kill().unwrap();
+            bridge.child.status().await.unwrap();
+            pids.push(pid);
+        }
+        pids
+    });
+    for pid in pids {
+        serve.wait_until(&format!("hung child {} to be stopped", pid), || !alive(pid));
+    }
+    // Logged once each session is over, just before its slot is given back.
+    serve.wait_for_count("ended (", 3);
+    smol::block_on(async {
+        let mut fresh = Bridge::spawn(&dir.socket(), "fresh");
+        assert_eq!(fresh.round_trip("served").await, "served");
+    });
+}
+
+/// A client's requester is copied into the prefix of every line its MCP
+/// server writes to stderr: a 60 KiB requester and 2,000 empty lines once
+/// made serve write 122 MB. The label is cut, and says so.
+#[test]
+fn a_huge_requester_is_cut_in_serve_s_log() {
+    let dir = TempDir::new("label", 0o700);
+    let script = "i=0; while [ $i -lt 2000 ]; do echo >&2; i=$((i+1)); done; echo done; exec cat";
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Collected);
+    let requester = "r".repeat(60 * 1024);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), &requester);
+        assert_eq!(bridge.line().await.as_deref(), Some("done"));
+    });
+    let cut = format!("[{}… (61440 bytes)] ", "r".repeat(64));
+    serve.wait_for_count(&cut, 2000);
+    serve.wait_for_log("ended");
+    let status = serve.stop(Signal::TERM);
+    assert!(status.success(), "{}", status);
+    let written = serve.log.lock().unwrap().len();
+    assert!(
+        written < 1_000_000,
+        "serve wrote {} bytes of stderr for 2,000 empty lines",
+        written
+    );
+    eprintln!(
+        "2,000 empty stderr lines of a 60 KiB requester: {} bytes",
+        written
+    );
+}
+
+/// A command that cannot be found makes serve refuse to start (exit 1,
+/// naming it) instead of accepting bridges it can only hang up on.
+#[test]
+fn a_command_that_cannot_be_found_stops_serve_at_start() {
+    let dir = TempDir::new("nocmd", 0o700);
+    let not_executable = dir.0.join("server.txt");
+    fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(&not_executable, fs::Permissions::from_mode(0o644)).unwrap();
+    let not_executable = not_executable.to_str().unwrap().to_string();
+    for (program, why) in [
+        (
+            "mcp-bridge-no-such-server",
+            "no executable file of that name in any directory of PATH",
+        ),
+        ("/nonexistent/mcp-server", "No such file or directory"),
+        (not_executable.as_str(), "it is not executable"),
+        ("/", "it is not a file"),
+    ] {
+        let mut child = std::process::Command::new(BIN)
+            .args(["serve", "--endpoint"])
+            .arg(dir.socket())
+            .args(["--", program])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > HANG_GUARD {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "serve -- {} is still running after {:?}",
+                    program, HANG_GUARD
+                );
+            }
+            std::thread::sleep(POLL);
+        };
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        assert_eq!(status.code(), Some(1), "{}: {}", program, text);
+        assert!(
+            text.starts_with(&format!("mcp-bridge: cannot run '{}': {}", program, why)),
+            "{}",
+            text
+        );
+        assert!(!dir.socket().exists(), "nothing bound for {}", program);
+    }
+}
+
+/// A bridge turned away because serve is full learns why: one JSON-RPC
+/// error line with a null id, then the close, which its CLI shows instead
+/// of a silent, successful-looking end.
+#[test]
+fn a_bridge_over_the_limit_gets_a_refusal_line() {
+    let dir = TempDir::new("limit", 0o700);
+    let mut serve = Serve::start(
+        &dir.socket(),
+        &["--max-connections", "1"],
+        &["cat"],
+        Stderr::Collected,
+    );
+    smol::block_on(async {
+        let mut first = Bridge::spawn(&dir.socket(), "first");
+        assert_eq!(first.round_trip("in").await, "in");
+
+        let message = refusal_for(
+            &dir.socket(),
+            b"{\"project\":\"p\",\"requester\":\"raw\"}\n",
+        );
+        assert_eq!(
+            message,
+            "mcp-bridge serve is busy (connection limit: 1); try again later"
+        );
+
+        // Through a real bridge, the CLI sees the same line on stdout.
+        let mut second = Bridge::spawn(&dir.socket(), "second");
+        assert_eq!(
+            format!("{}\n", second.line().await.unwrap()),
+            refusal_line(&message)
+        );
+        assert_eq!(second.line().await, None, "then the end");
+        assert_eq!(first.round_trip("still in").await, "still in");
+    });
+    serve.wait_for_log("requester \"second\", project \"p\"): refused");
+}
+
+/// A command that is there but cannot be started (here: its interpreter is
+/// missing) fails each connection; the bridge is told why.
+#[test]
+fn a_command_that_fails_to_start_sends_a_refusal_line() {
+    let dir = TempDir::new("spawnfail", 0o700);
+    let script = dir.0.join("server");
+    fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap().to_string();
+    let mut serve = Serve::start(&dir.socket(), &[], &[&script], Stderr::Collected);
+    let message = refusal_for(&dir.socket(), b"{\"project\":\"p\",\"requester\":\"r\"}\n");
+    assert!(
+        message.starts_with(&format!(
+            "mcp-bridge serve cannot start its MCP server '{}': ",
+            script
+        )),
+        "{}",
+        message
+    );
+    serve.wait_for_log("cannot start");
+}
+
+/// A handshake whose ids contain a NUL cannot be passed to the command's
+/// environment; the bridge is told so instead of being hung up on.
+#[test]
+fn a_handshake_with_a_nul_gets_a_refusal_line() {
+    let dir = TempDir::new("nul", 0o700);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"], Stderr::Collected);
+    let message = refusal_for(
+        &dir.socket(),
+        b"{\"project\":\"p\",\"requester\":\"a\\u0000b\"}\n",
+    );
+    assert_eq!(
+        message,
+        "mcp-bridge serve cannot pass this requester to its MCP server: it contains a NUL byte"
+    );
+    serve.wait_for_log("its requester contains a NUL byte");
+    // The server goes on.
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "r");
+        assert_eq!(bridge.round_trip("after").await, "after");
+    });
+}
+
+/// A crowd of peers that connect and say nothing, kept at its size (if
+/// asked to) by a thread that replaces each one serve drops until told to
+/// stop.
+struct IdleCrowd {
+    stop: Arc<AtomicBool>,
+    created: Arc<AtomicUsize>,
+    thread: JoinHandle<Vec<StdUnixStream>>,
+}
+
+impl IdleCrowd {
+    fn gather(socket: &Path, size: usize, replace: bool) -> IdleCrowd {
+        let stop = Arc::new(AtomicBool::new(false));
+        let created = Arc::new(AtomicUsize::new(0));
+        let (ready_sender, ready) = std::sync::mpsc::channel();
+        let socket = socket.to_path_buf();
+        let (stopping, counting) = (stop.clone(), created.clone());
+        let thread = std::thread::spawn(move || {
+            let connect = || {
+                let stream = StdUnixStream::connect(&socket).unwrap();
+                stream.set_nonblocking(true).unwrap();
+                counting.fetch_add(1, Ordering::SeqCst);
+                stream
+            };
+            let mut crowd: Vec<StdUnixStream> = (0..size).map(|_| connect()).collect();
+            ready_sender.send(()).unwrap();
+            while replace && !stopping.load(Ordering::SeqCst) {
+                for peer in crowd.iter_mut() {
+                    match peer.read(&mut [0u8; 1]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        // Dropped by serve: another one takes its place.
+                        _ => *peer = connect(),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            crowd
+        });
+        ready.recv_timeout(HANG_GUARD).expect("the crowd connected");
+        IdleCrowd {
+            stop,
+            created,
+            thread,
+        }
+    }
+
+    /// Stops replacing peers, and waits until serve has dropped every one
+    /// still connected; returns how many peers there were in all.
+    fn disperse(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        let crowd = self.thread.join().unwrap();
+        for mut peer in crowd {
+            peer.set_nonblocking(false).unwrap();
+            peer.set_read_timeout(Some(HANG_GUARD)).unwrap();
+            let mut rest = Vec::new();
+            peer.read_to_end(&mut rest).expect("dropped by serve");
+            assert!(rest.is_empty());
+        }
+        self.created.load(Ordering::SeqCst)
+    }
+}
+
+/// Lets this process (and the serve it spawns) hold the crowd and more.
+fn raise_fd_limit(wanted: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let current = limit.current.unwrap_or(u64::MAX);
+    let target = limit.maximum.map_or(wanted, |max| max.min(wanted));
+    if current < target {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(target),
+                maximum: limit.maximum,
+            },
+        )
+        .unwrap();
+    }
+}
+
+/// A one-shot request through a bridge (stdin closed at once, so the
+/// bridge gives the reply only its 1 s drain) is answered, and a
+/// long-lived bridge gets its round trips.
+fn a_bridge_is_served_at_once(socket: &Path) {
+    smol::block_on(async {
+        let request = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let mut one_shot = Command::new(BIN)
+            .arg("mcp-server")
+            .arg("--endpoint")
+            .arg(socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = one_shot.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{}\n", request).as_bytes())
+            .await
+            .unwrap();
+        drop(stdin);
+        let mut answer = String::new();
+        let mut stdout = one_shot.stdout.take().unwrap();
+        within(
+            HANG_GUARD,
+            "the one-shot bridge",
+            stdout.read_to_string(&mut answer),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            answer,
+            format!("{}\n", request),
+            "the one-shot was answered"
+        );
+
+        let mut bridge = Bridge::spawn(socket, "real");
+        for n in 0..10 {
+            let line = format!("{{\"id\":{}}}", n);
+            let reply = within(
+                Duration::from_secs(10),
+                "a round trip",
+                bridge.round_trip(&line),
+            );
+            assert_eq!(reply.await, line);
+        }
+    });
+}
+
+/// Waits until serve's log accounts for `peers` dropped connections, as
+/// single lines or in counts, and checks that it took few lines.
+fn assert_dropped_peers_logged_in_few_lines(serve: &mut Serve, peers: usize) {
+    let log = serve.log.clone();
+    let accounted = move || {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        let single = text.matches("dropped a connection: ").count();
+        let counted: usize = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("mcp-bridge: "))
+            .filter_map(|line| line.split_once(" more connection(s) dropped or refused"))
+            .map(|(n, _)| n.parse::<usize>().unwrap())
+            .sum();
+        (single, counted)
+    };
+    serve.wait_until("every dropped peer in the log", || {
+        let (single, counted) = accounted();
+        single + counted >= peers
+    });
+    let (single, counted) = accounted();
+    assert_eq!(single + counted, peers, "{}", serve.log());
+    assert!(
+        single < 100,
+        "{} lines for {} dropped peers: not limited",
+        single,
+        peers
+    );
+    eprintln!(
+        "{} silent peers: {} single lines, {} counted",
+        peers, single, counted
+    );
+}
+
+/// Hundreds of peers that connect and say nothing (same user) must not
+/// keep a real bridge waiting behind them: a one-shot request is answered
+/// and round trips work while 600 are held, which failed when serve
+/// stopped accepting while silent peers held every handshake slot for
+/// 5 s. Lines about the dropped peers are limited to one per second, with
+/// counts.
+#[test]
+fn hundreds_of_silent_peers_do_not_starve_a_bridge() {
+    raise_fd_limit(4096);
+    let dir = TempDir::new("crowd", 0o700);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"], Stderr::Collected);
+    let crowd = IdleCrowd::gather(&dir.socket(), 600, true);
+    a_bridge_is_served_at_once(&dir.socket());
+    let peers = crowd.disperse();
+    assert!(peers >= 600);
+    assert_dropped_peers_logged_in_few_lines(&mut serve, peers);
+}
+
+/// More silent peers than serve has file descriptors for (64 here): the
+/// oldest are dropped to make room, so a bridge that just connected is
+/// still served at once, instead of waiting in the kernel's backlog until
+/// the silent ones time out.
+#[test]
+fn a_crowd_beyond_the_descriptor_limit_does_not_starve_a_bridge() {
+    let dir = TempDir::new("fdcrowd", 0o700);
+    let mut serve =
+        Serve::start_with_fds(Some(64), &dir.socket(), &[], &["cat"], Stderr::Collected);
+    let crowd = IdleCrowd::gather(&dir.socket(), 100, false);
+    a_bridge_is_served_at_once(&dir.socket());
+    assert_eq!(crowd.disperse(), 100);
+    assert_dropped_peers_logged_in_few_lines(&mut serve, 100);
+}
+
+/// serve must not bind a socket path the bridge then refuses: both sides
+/// use one limit (107 bytes on Linux), and the longest path it allows works
+/// end to end.
+#[test]
+fn serve_binds_no_path_the_bridge_would_refuse() {
+    let dir = TempDir::new("pathlen", 0o700);
+    let base = dir.0.as_os_str().len() + 1;
+    assert!(
+        base + 20 < MAX_PATH_BYTES,
+        "TMPDIR is too long for this test"
+    );
+    let too_long = dir.0.join("s".repeat(MAX_PATH_BYTES + 1 - base));
+    assert_eq!(too_long.as_os_str().len(), MAX_PATH_BYTES + 1);
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--endpoint"])
+        .arg(&too_long)
+        .args(["--", "cat"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = WaitedOutput::of(out);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "a Unix socket path can have at most {} bytes, this one has {}",
+            MAX_PATH_BYTES,
+            MAX_PATH_BYTES + 1
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!too_long.exists());
+
+    let longest = dir.0.join("s".repeat(MAX_PATH_BYTES - base));
+    let _serve = Serve::start(&longest, &[], &["cat"], Stderr::Collected);
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&longest, "r");
+        assert_eq!(bridge.round_trip("fits").await, "fits");
+    });
+}
+
+/// A finished process's status and stderr, waited for with the hang guard.
+struct WaitedOutput {
+    status: ExitStatus,
+    stderr: String,
+}
+
+impl WaitedOutput {
+    fn of(mut child: std::process::Child) -> WaitedOutput {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > HANG_GUARD {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("still running after {:?}", HANG_GUARD);
+            }
+            std::thread::sleep(POLL);
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            pipe.read_to_string(&mut stderr).unwrap();
+        }
+        WaitedOutput { status, stderr }
+    }
+}
+
+/// A terminal closing, or a supervisor's "hang up", is a stop request like
+/// SIGTERM: serve exits 0, its children stopped and its socket removed.
+#[test]
+fn sighup_stops_serve_cleanly() {
+    let dir = TempDir::new("hup", 0o700);
+    let mut serve = Serve::start(
+        &dir.socket(),
+        &[],
+        &["sh", "-c", "echo $$; exec cat"],
+        Stderr::Collected,
+    );
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "r");
+        let pid: i32 = bridge.line().await.unwrap().parse().unwrap();
+        assert_eq!(bridge.round_trip("ping").await, "ping");
+        let status = serve.stop(Signal::HUP);
+        assert_eq!(status.code(), Some(0), "{}", status);
+        assert!(!dir.socket().exists(), "the socket file is removed");
+        assert!(!alive(pid), "child {} survived serve", pid);
+        assert_eq!(bridge.line().await, None, "the bridge saw the end");
+    });
+    assert!(serve.log().contains("SIGHUP received: shutting down"));
+}
