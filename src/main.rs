@@ -85,9 +85,15 @@ fn print(text: &str) -> Result<(), Box<dyn Error>> {
     }
 }
 
-/// Writes a diagnostic on stderr. A stderr that is closed or full of
-/// unread lines must not turn into a crash or a hang: the exit code still
-/// tells the story, so a failed write is dropped.
+/// Writes a diagnostic on stderr through the library's queue, which never
+/// blocks and never panics, then gives it at most [`LAST_WORDS`] to get
+/// there: a stderr that is closed or full of unread lines must not turn the
+/// exit into a crash or a hang, and the exit code still tells the story.
 fn report(text: &str) {
-    let _ = io::stderr().write_all(text.as_bytes());
+    mcp_bridge::diag::write_line(text.as_bytes());
+    mcp_bridge::diag::flush(LAST_WORDS);
 }
+
+/// How long the last diagnostic may take to reach stderr before we exit
+/// anyway.
+const LAST_WORDS: std::time::Duration = std::time::Duration::from_secs(1);

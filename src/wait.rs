@@ -51,6 +51,11 @@ impl Stopped {
         // Nothing is ever sent, so this only returns once the channel closes.
         let _ = self.0.recv().await;
     }
+
+    /// Whether the signal has already fired.
+    pub(crate) fn fired(&self) -> bool {
+        self.0.is_closed()
+    }
 }
 
 #[cfg(test)]

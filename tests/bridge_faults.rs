@@ -190,3 +190,20 @@ fn an_endpoint_that_is_not_a_socket_says_what_it_is() {
         });
     }
 }
+
+/// A CLI that closed the bridge's stderr (or a log collector that went
+/// away): the failure line cannot be written, and that must not turn exit
+/// code 1 into a crash (SIGABRT from a panic on `EPIPE`).
+#[test]
+fn a_closed_stderr_does_not_turn_a_failure_into_a_crash() {
+    let dir = TempDir::new("faults-stderr", 0o700);
+    smol::block_on(async {
+        // A pipe whose only reader is gone before the bridge even starts.
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        drop(reader);
+        let mut command = bridge(&dir.socket(), Stdio::null());
+        let mut child = command.stderr(Stdio::from(writer)).spawn().unwrap();
+        let status = within("exit of the bridge", child.status()).await.unwrap();
+        assert_eq!(status.code(), Some(1), "{}", status);
+    });
+}

@@ -856,3 +856,36 @@ fn sighup_stops_serve_cleanly() {
     });
     assert!(serve.log().contains("SIGHUP received: shutting down"));
 }
+
+/// A command that starts helpers and ignores SIGTERM (the README's `npx`
+/// example leaves node processes behind this way): when its bridge goes,
+/// the whole process group is stopped, the helper that outlived its shell's
+/// SIGTERM included, not left behind with parent 1.
+#[test]
+fn a_command_s_helpers_are_stopped_with_it() {
+    let dir = TempDir::new("group", 0o700);
+    let script = "trap '' TERM; sleep 1000 & echo $!; exec cat";
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Collected);
+    let helper = smol::block_on(async {
+        let mut bridge = Bridge::spawn(&dir.socket(), "group");
+        let helper: i32 = bridge.line().await.unwrap().parse().unwrap();
+        assert!(alive(helper));
+        drop(bridge.stdin.take());
+        within(HANG_GUARD, "the bridge to exit", bridge.child.status())
+            .await
+            .unwrap();
+        helper
+    });
+    // Its parent gone, the helper is reaped by whoever adopted it (or left
+    // a zombie where nothing reaps): either way it has stopped running.
+    let stopped = || !alive(helper) || zombie(helper);
+    serve.wait_until(&format!("helper {} to be stopped", helper), stopped);
+}
+
+fn zombie(pid: i32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", pid)).unwrap_or_default();
+    // The state follows the command name, which is in parentheses.
+    stat.rsplit(')')
+        .next()
+        .map_or(false, |rest| rest.trim_start().starts_with('Z'))
+}

@@ -8,8 +8,9 @@
 //! [`host::Listener`], so only this user gets in.
 //!
 //! Lifetimes are tied both ways: when the bridge goes, the child is stopped
-//! with [`app_server::shutdown_child`] (stdin closed, a grace, SIGTERM,
-//! SIGKILL, always reaped); when the child exits, the connection is closed.
+//! with [`GroupChild::shutdown`] (stdin closed, a grace, SIGTERM to its
+//! process group, SIGKILL, always reaped), so helpers the command started
+//! go with it; when the child exits, the connection is closed.
 //! SIGINT or SIGTERM stop the whole server the same way, and exit cleanly.
 //! On Windows there is no SIGTERM step (a child still past the grace is
 //! terminated), and Ctrl+C or Ctrl+Break stop the server; ended any other
@@ -17,7 +18,7 @@
 //! each child sees its stdin close, which is its cue to exit.
 //!
 //! [`host::Listener`]: crate::host::Listener
-//! [`app_server::shutdown_child`]: crate::app_server::shutdown_child
+//! [`GroupChild::shutdown`]: crate::process::GroupChild::shutdown
 //!
 //! The child's stderr is read line by line and copied to ours behind a
 //! `[<requester>]` prefix: it must be drained anyway (a full pipe would stall
@@ -60,7 +61,6 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,13 +68,13 @@ use std::time::Duration;
 use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use smol::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use smol::process::{ChildStderr, ChildStdin, ChildStdout};
 
-use crate::app_server::shutdown_child;
 use crate::bridge::DRAIN_GRACE;
 use crate::diag;
 use crate::handshake::Handshake;
 use crate::host::{BindError, Connection, Listener};
+use crate::process::{self, GroupChild};
 use crate::relay::{self, Ending};
 use crate::wait;
 
@@ -398,8 +398,8 @@ async fn serve_connection(
     };
     log(format_args!("{}: started pid {}", label, child.id()));
     let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
-    let outcome = relay_until_end(connection, &mut child, stdin, stdout, stop).await;
-    let status = shutdown_child(&mut child).await;
+    let outcome = relay_until_end(connection, &child, stdin, stdout, stop).await;
+    let status = child.shutdown(process::SHUTDOWN_GRACE).await;
     // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
     wait::timeout(STDERR_SETTLE, copying).await;
     match status {
@@ -427,23 +427,22 @@ fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
 }
 
 /// Runs the command for one connection, its identity in the environment
-/// and every stdio piped.
+/// and every stdio piped, leading a process group of its own so that
+/// stopping it stops whatever it started too.
 fn start_child(
     handshake: &Handshake,
     config: &Config,
-) -> io::Result<(Child, ChildStdin, ChildStdout, ChildStderr)> {
-    let mut child = Command::new(&config.program)
+) -> io::Result<(GroupChild, ChildStdin, ChildStdout, ChildStderr)> {
+    let mut command = std::process::Command::new(&config.program);
+    command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
-        .env("MCP_BRIDGE_REQUESTER", &handshake.requester)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+        .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
+    let mut child = process::spawn_group(command)?;
     match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
         (Some(stdin), Some(stdout), Some(stderr)) => Ok((child, stdin, stdout, stderr)),
-        // Cannot happen with every stdio piped; kill_on_drop cleans up.
+        // Cannot happen: spawn_group pipes all three; dropping the child
+        // kills it and its group.
         _ => Err(io::Error::new(
             io::ErrorKind::Other,
             "the command's stdio is not piped",
@@ -462,7 +461,7 @@ fn start_child(
 /// after the bridge has gone.
 async fn relay_until_end(
     connection: Connection,
-    child: &mut Child,
+    child: &GroupChild,
     stdin: ChildStdin,
     stdout: ChildStdout,
     stop: wait::Stopped,
@@ -481,7 +480,7 @@ async fn relay_until_end(
         )
     };
     let exited = async {
-        let _ = child.status().await;
+        let _ = child.exited().await;
         // Its last replies are usually already in the pipe; only a
         // grandchild holding the pipe open needs this bound.
         Timer::after(AFTER_EXIT_GRACE).await;
