@@ -22,7 +22,7 @@ mod unix;
 #[cfg(unix)]
 use unix as platform;
 #[cfg(unix)]
-pub(crate) use unix::MAX_PATH_BYTES;
+pub(crate) use unix::{peer_uid, MAX_PATH_BYTES};
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]

@@ -12,7 +12,7 @@
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::io::OwnedFd;
+use std::os::unix::io::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::pin::Pin;
@@ -151,7 +151,7 @@ pub(super) type Principal = u32;
 /// and macOS): for a client, the process that called `listen`. The kernel's
 /// word, so the server cannot lie about it.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+pub(crate) fn peer_uid(stream: &impl AsFd) -> io::Result<u32> {
     Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
 }
 
@@ -163,8 +163,7 @@ pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     target_os = "netbsd",
     target_os = "dragonfly"
 ))]
-pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
-    use std::os::unix::io::AsFd;
+pub(crate) fn peer_uid(stream: &impl AsFd) -> io::Result<u32> {
     crate::ffi::unix::peer_uid(stream.as_fd())
 }
 
@@ -179,7 +178,7 @@ pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     target_os = "netbsd",
     target_os = "dragonfly"
 )))]
-pub(crate) fn peer_uid(_stream: &UnixStream) -> io::Result<u32> {
+pub(crate) fn peer_uid(_stream: &impl AsFd) -> io::Result<u32> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "peer credentials are not supported on this system",

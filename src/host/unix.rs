@@ -88,6 +88,7 @@ use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
 use super::Accepted;
+use crate::endpoint::peer_uid;
 use crate::endpoint::MAX_PATH_BYTES;
 
 pub(super) type Reader = UnixStream;
@@ -406,42 +407,6 @@ fn is_transient(e: &io::Error) -> bool {
             | Some(Errno::NOMEM)
             | Some(Errno::PROTO)
     )
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
-    Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
-}
-
-#[cfg(any(
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "netbsd",
-    target_os = "dragonfly"
-))]
-fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
-    use std::os::unix::io::AsFd;
-    crate::ffi::unix::peer_uid(stream.as_fd())
-}
-
-/// No known way to ask: refuse everyone rather than trust everyone.
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "netbsd",
-    target_os = "dragonfly"
-)))]
-fn peer_uid(_stream: &UnixStream) -> io::Result<u32> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "peer credentials are not supported on this system",
-    ))
 }
 
 #[cfg(test)]
