@@ -111,14 +111,16 @@ pub fn spawn_foreign_bridge(dir: &TempDir, socket: &Path) -> smol::process::Chil
 }
 
 /// The foreign bridge did connect (so file permissions let it in) and was
-/// then hung up on: either before its handshake went out (a broken pipe,
-/// exit 1) or after (the host's EOF ends it cleanly, as its stdin is still
-/// open). Which one is a race; both prove the refusal came after connecting.
+/// then hung up on: either before its handshake went out (a broken pipe)
+/// or after, with nothing said (a refusal). Which one is a race; both are
+/// exit 1, and both prove the refusal came after connecting.
 pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr: &str) {
     assert!(!stderr.contains("cannot connect"), "{}", stderr);
+    let sent_nothing =
+        stderr.contains("connected to") && stderr.contains("could not send the handshake");
+    let refused = stderr.contains("closed the connection before answering anything");
     assert!(
-        status.success()
-            || stderr.contains("connected to") && stderr.contains("could not send the handshake"),
+        status.code() == Some(1) && (sent_nothing || refused),
         "{}: {}",
         status,
         stderr
