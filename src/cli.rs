@@ -67,6 +67,10 @@ pub fn usage() -> String {
             &bridge::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string(),
         )
         .replace("{MAX}", &serve::DEFAULT_MAX_CONNECTIONS.to_string())
+        .replace(
+            "{RECONNECT}",
+            &bridge::DEFAULT_RECONNECT_TIMEOUT.as_secs().to_string(),
+        )
 }
 
 /// The line printed by `--version`: version, git commit and target triple,
@@ -115,6 +119,8 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     let mut requester = None;
     let mut connect_timeout = None;
     let mut trusted_server = None;
+    let mut reconnect_timeout = None;
+    let mut no_reconnect = None;
     while let Some(arg) = args.next()? {
         let name = match arg {
             Arg::Option(name) => name,
@@ -126,6 +132,8 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
             "--trust-server-user" => once(&mut trusted_server, &name, args.server_user(&name)?)?,
+            "--reconnect-timeout" => once(&mut reconnect_timeout, &name, args.seconds(&name)?)?,
+            "--no-reconnect" => once(&mut no_reconnect, &name, args.no_value()?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
@@ -137,6 +145,10 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
         config.connect_timeout = timeout;
     }
     config.trusted_server = trusted_server;
+    config.reconnect = no_reconnect.is_none();
+    if let Some(timeout) = reconnect_timeout {
+        config.reconnect_timeout = timeout;
+    }
     Ok(Command::Bridge(config))
 }
 
@@ -403,6 +415,9 @@ mod tests {
         (&["mcp-server", "--endpoint=/x", "--connect-timeout", "soon"], "'--connect-timeout' expects a number of seconds, got 'soon'"),
         (&["mcp-server", "--endpoint=/x", "--connect-timeout=0"], "'--connect-timeout' must be more than 0 and at most 86400 seconds, got '0'"),
         (&["mcp-server", "--endpoint=/x", "--trust-server-user"], "option '--trust-server-user' needs a value"),
+        (&["mcp-server", "--endpoint=/x", "--no-reconnect=yes"], "unexpected value 'yes'"),
+        (&["mcp-server", "--endpoint=/x", "--no-reconnect", "--no-reconnect"], "option '--no-reconnect' given more than once"),
+        (&["mcp-server", "--endpoint=/x", "--reconnect-timeout=-1"], "'--reconnect-timeout' must be more than 0"),
         (&["mcp-server", "--endpoint=/x", "--trust-server-user=1", "--trust-server-user=2"], "option '--trust-server-user' given more than once"),
         (&["serve", "--", "cat"], "missing required option '--endpoint <PATH>'"),
         (&["serve", "--endpoint=", "--", "cat"], "option '--endpoint' must not be empty"),
@@ -471,6 +486,19 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("not a uid")
+        );
+
+        let plain = bridge(&[
+            "--endpoint=/x",
+            "--no-reconnect",
+            "--reconnect-timeout",
+            "2",
+        ]);
+        assert!(!plain.reconnect);
+        assert_eq!(plain.reconnect_timeout, Duration::from_secs(2));
+        assert!(
+            bridge(&["--endpoint=/x"]).reconnect,
+            "survives the app by default"
         );
 
         let dashed = bridge(&["--endpoint", "/x", "--project", "-p"]);
@@ -545,12 +573,12 @@ mod tests {
     fn usage_mentions_every_option_and_exit_code() {
         let text = usage();
         #[rustfmt::skip]
-        let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user",
+        let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user", "--no-reconnect", "--reconnect-timeout",
             "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER"];
         for needle in needles {
             assert!(text.contains(needle), "usage lacks {}", needle);
         }
-        for placeholder in ["{VERSION}", "{TIMEOUT}", "{MAX}"] {
+        for placeholder in ["{VERSION}", "{TIMEOUT}", "{MAX}", "{RECONNECT}"] {
             assert!(!text.contains(placeholder), "{} left unfilled", placeholder);
         }
     }

@@ -24,6 +24,13 @@ pub struct Handshake {
     pub project: String,
     /// The agent making the requests (empty when the CLI did not say).
     pub requester: String,
+    /// `true` when this connection carries on a session whose earlier
+    /// connection the app closed (it restarted): the bridge has replayed
+    /// nothing yet, and is about to replay the client's `initialize` and
+    /// the few requests the session's state depends on. Sent as
+    /// `"resumed":true`, and only then, so hosts that ignore unknown fields
+    /// see the same line as before.
+    pub resumed: bool,
 }
 
 /// Why a handshake line was rejected by [`Handshake::parse`].
@@ -44,6 +51,7 @@ impl Handshake {
         Handshake {
             project: project.into(),
             requester: requester.into(),
+            resumed: false,
         }
     }
 
@@ -61,6 +69,9 @@ impl Handshake {
         line.extend_from_slice(Value::from(self.project.as_str()).to_string().as_bytes());
         line.extend_from_slice(b",\"requester\":");
         line.extend_from_slice(Value::from(self.requester.as_str()).to_string().as_bytes());
+        if self.resumed {
+            line.extend_from_slice(b",\"resumed\":true");
+        }
         line.extend_from_slice(b"}\n");
         line
     }
@@ -91,9 +102,15 @@ impl Handshake {
             Some(_) => Err(HandshakeError(format!("'{}' is not a string", name))),
             None => Err(HandshakeError(format!("'{}' is missing", name))),
         };
+        let resumed = match object.get("resumed") {
+            None | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) => true,
+            Some(_) => return Err(HandshakeError("'resumed' is not a boolean".into())),
+        };
         Ok(Handshake {
             project: field("project")?,
             requester: field("requester")?,
+            resumed,
         })
     }
 }
@@ -117,6 +134,21 @@ mod tests {
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["project"], project);
         assert_eq!(v["requester"], requester);
+    }
+
+    #[test]
+    fn a_resumed_session_says_so_and_only_then() {
+        let mut h = Handshake::new("p", "r");
+        assert!(!String::from_utf8(h.to_line()).unwrap().contains("resumed"));
+        h.resumed = true;
+        assert_eq!(
+            h.to_line(),
+            b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":true}\n"
+        );
+        assert_eq!(Handshake::parse(&h.to_line()).unwrap(), h);
+        assert!(
+            Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}").is_err()
+        );
     }
 
     #[test]

@@ -26,6 +26,8 @@ use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::wait;
+
 /// Bytes moved per read. Large enough that a 64 KiB line (a full pipe) moves
 /// in one system call each way; small enough that two of them are all the
 /// memory the relay ever holds.
@@ -128,8 +130,54 @@ where
     SR: AsyncRead + Unpin,
     SW: AsyncWrite + Unpin,
 {
-    let up = pump(client_in, server_out, Stage::ReadClient, Stage::WriteServer);
-    let down = pump(server_in, client_out, Stage::ReadServer, Stage::WriteClient);
+    let ignore = |_: &[u8]| {};
+    relay_watched(
+        client_in,
+        client_out,
+        server_in,
+        server_out,
+        drain_grace,
+        ignore,
+        ignore,
+    )
+    .await
+}
+
+/// [`relay`], showing every chunk to a watcher before it is forwarded:
+/// `up` sees what the client sends, `down` what the server sends, in
+/// order, each chunk as it was read. They only look: the bytes are
+/// forwarded unchanged whatever they do, and a watcher that needs whole
+/// lines keeps its own state across chunks (the bridge feeds a JSON-RPC
+/// envelope scanner).
+pub(crate) async fn relay_watched<CR, CW, SR, SW>(
+    client_in: CR,
+    client_out: CW,
+    server_in: SR,
+    server_out: SW,
+    drain_grace: Duration,
+    up: impl FnMut(&[u8]),
+    down: impl FnMut(&[u8]),
+) -> Result<Ending, RelayError>
+where
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
+    SR: AsyncRead + Unpin,
+    SW: AsyncWrite + Unpin,
+{
+    let up = pump(
+        client_in,
+        server_out,
+        Stage::ReadClient,
+        Stage::WriteServer,
+        up,
+    );
+    let down = pump(
+        server_in,
+        client_out,
+        Stage::ReadServer,
+        Stage::WriteClient,
+        down,
+    );
     futures_lite::pin!(up);
     futures_lite::pin!(down);
 
@@ -139,11 +187,18 @@ where
     })
     .await;
 
-    let server_out = match up_ended {
+    let mut server_out = match up_ended {
         Err(down_result) => return down_ending(down_result),
-        Ok(Ok(server_out)) => Some(server_out),
-        // The server is gone; what it sent before going may still be unread.
-        Ok(Err(e)) if e.stage == Stage::WriteServer && is_hangup(&e.source) => None,
+        Ok(Ok(server_out)) => server_out,
+        // The server is gone while the client is not: what it sent before
+        // going may still be unread, and is relayed within the grace. It
+        // is the server that closed, not the client.
+        Ok(Err(e)) if e.stage == Stage::WriteServer && is_hangup(&e.source) => {
+            return match wait::timeout(drain_grace, &mut down).await {
+                Some(result) => down_ending(result),
+                None => Ok(Ending::ServerClosed),
+            };
+        }
         Ok(Err(e)) => return Err(e),
     };
 
@@ -152,11 +207,9 @@ where
     // no say in when the drain ends: a close that waits (a pipe's flush, with
     // a server that stopped reading) must not hold the deadline back.
     let half_close = async {
-        if let Some(mut server_out) = server_out {
-            // An error here means the server is already gone, which the
-            // drain observes as its EOF.
-            let _ = server_out.close().await;
-        }
+        // An error here means the server is already gone, which the drain
+        // observes as its EOF.
+        let _ = server_out.close().await;
         future::pending().await
     };
     let deadline = async {
@@ -193,6 +246,7 @@ async fn pump<R, W>(
     mut writer: W,
     read_stage: Stage,
     write_stage: Stage,
+    mut watch: impl FnMut(&[u8]),
 ) -> Result<W, RelayError>
 where
     R: AsyncRead + Unpin,
@@ -217,6 +271,7 @@ where
                 })
             }
         };
+        watch(&buf[..n]);
         writer.write_all(&buf[..n]).await.map_err(write_error)?;
         writer.flush().await.map_err(write_error)?;
     }

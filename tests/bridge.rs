@@ -219,9 +219,14 @@ fn handshake_escapes_identity() {
 fn absent_endpoint_fails_fast_and_names_the_path() {
     let dir = TempDir::new("absent", 0o700);
     let start = Instant::now();
-    let mut child = bridge(&dir.socket(), &["--connect-timeout", "60"])
-        .spawn()
-        .unwrap();
+    // The plain relay's fail-fast; waiting for a starting app is in
+    // tests/survive.rs.
+    let mut child = bridge(
+        &dir.socket(),
+        &["--connect-timeout", "60", "--no-reconnect"],
+    )
+    .spawn()
+    .unwrap();
     let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
@@ -244,7 +249,13 @@ fn absent_endpoint_fails_fast_and_names_the_path() {
 /// connected to and returns its stderr, checking the exit code and that it
 /// did not wait for the (long) connect timeout.
 fn connect_failure(program: Command, endpoint: &Path) -> String {
-    let mut command = as_mcp_server(program, endpoint, &["--connect-timeout", "60"]);
+    // The plain relay, which exits with the diagnostic; with survival on,
+    // the same text answers requests instead (tests/survive.rs).
+    let mut command = as_mcp_server(
+        program,
+        endpoint,
+        &["--connect-timeout", "60", "--no-reconnect"],
+    );
     let start = Instant::now();
     let mut child = command.spawn().unwrap();
     let status = wait_for_exit(&mut child);
@@ -346,9 +357,12 @@ fn connect_is_bounded_by_the_timeout() {
         assert!(fillers.len() < 1000, "backlog never filled");
     }
     let start = Instant::now();
-    let mut child = bridge(&dir.socket(), &["--connect-timeout", "0.4"])
-        .spawn()
-        .unwrap();
+    let mut child = bridge(
+        &dir.socket(),
+        &["--connect-timeout", "0.4", "--no-reconnect"],
+    )
+    .spawn()
+    .unwrap();
     let status = wait_for_exit(&mut child);
     let took = start.elapsed();
     let stderr = stderr_of(&mut child);
@@ -582,7 +596,9 @@ fn host_hang_up_ends_the_bridge_promptly() {
         hang_up.recv().unwrap();
         // Dropping both halves closes the connection.
     });
-    let mut child = spawn_bridge(&dir.socket());
+    // The plain relay ends with the app; the surviving bridge reconnects
+    // instead (tests/survive.rs).
+    let mut child = bridge(&dir.socket(), &["--no-reconnect"]).spawn().unwrap();
     let _stdin = child.stdin.take().unwrap(); // held open: only the host ends it
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 16];

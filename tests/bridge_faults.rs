@@ -28,7 +28,9 @@ async fn within<T>(what: &str, work: impl std::future::Future<Output = T>) -> T 
 fn bridge(socket: &std::path::Path, stdin: Stdio) -> Command {
     let mut command = Command::new(BIN);
     command
-        .args(["mcp-server", "--requester", "faults"])
+        // The plain relay: its endings are under test here (the surviving
+        // bridge's are in tests/survive.rs).
+        .args(["mcp-server", "--no-reconnect", "--requester", "faults"])
         .arg("--endpoint")
         .arg(socket)
         .stdin(stdin)

@@ -137,6 +137,9 @@ impl Bridge {
             .args(["--project", project, "--requester", requester])
             // Generous: 200 bridges may start at once on 2 cores.
             .args(["--connect-timeout", "60"])
+            // serve's own endings are under test: a bridge that reconnected
+            // when its command exits would hide them.
+            .arg("--no-reconnect")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

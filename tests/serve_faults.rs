@@ -232,6 +232,8 @@ impl Bridge {
             .arg("--endpoint")
             .arg(socket)
             .args(["--project", "p", "--requester", requester])
+            // serve's endings are under test, not the bridge's reconnects.
+            .arg("--no-reconnect")
             .args(["--connect-timeout", "60"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -133,7 +133,12 @@ fn a_server_run_by_another_user_gets_nothing() {
         NOBODY
     );
     assert!(stderr.contains(&expected), "{}", stderr);
-    assert!(out.stdout.is_empty());
+    // The client is told too, in the protocol, under its request's id.
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["id"], 1);
+    assert_eq!(reply["error"]["code"], -32000);
+    let told = reply["error"]["message"].as_str().unwrap();
+    assert!(expected.ends_with(told), "{}", told);
     assert_eq!(
         setup.received(),
         "",

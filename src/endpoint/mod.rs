@@ -40,26 +40,81 @@ const BUSY_RETRY: Duration = Duration::from_millis(10);
 /// Returns the two halves of the connection: reading from the app and writing
 /// to it. Closing the [`Writer`] tells the app that no more requests will come
 /// (a half-close on Unix; see the Windows module for pipes).
+///
+/// Only "busy" is retried (a full listen backlog, every pipe instance in
+/// use); an endpoint that does not exist or refuses fails at once. To wait
+/// for an app that is still starting, use [`connect_when_ready`].
 pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writer), ConnectError> {
+    connect_with(endpoint, timeout, false).await
+}
+
+/// Like [`connect`], but an endpoint that does not exist yet or refuses
+/// connections (an app that is starting, or restarting and has left its
+/// stale socket behind) is retried too, with a backoff from
+/// [`FIRST_RETRY`] to [`LAST_RETRY`], until `timeout`. Faults that cannot
+/// heal by waiting (permission denied, a path too long, a file that is not
+/// a socket) still fail at once.
+pub async fn connect_when_ready(
+    endpoint: &Path,
+    timeout: Duration,
+) -> Result<(Reader, Writer), ConnectError> {
+    connect_with(endpoint, timeout, true).await
+}
+
+/// The first pause before trying an absent or refusing endpoint again; it
+/// doubles up to [`LAST_RETRY`]. Short, because an app mid-restart is
+/// usually back within milliseconds.
+pub const FIRST_RETRY: Duration = Duration::from_millis(10);
+
+/// The longest pause between two tries of an absent or refusing endpoint:
+/// the most an app that has just come up waits for us.
+pub const LAST_RETRY: Duration = Duration::from_millis(250);
+
+async fn connect_with(
+    endpoint: &Path,
+    timeout: Duration,
+    wait_for_app: bool,
+) -> Result<(Reader, Writer), ConnectError> {
     let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    let mut pause = FIRST_RETRY;
     let attempt = async {
         loop {
             let time_left = deadline.saturating_duration_since(Instant::now());
             match platform::connect(endpoint, time_left).await {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Timer::after(BUSY_RETRY).await,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Timer::after(BUSY_RETRY).await;
+                }
+                Err(e) if wait_for_app && may_heal(endpoint, &e) => {
+                    // Out of time: report what the endpoint still was (a
+                    // pause of zero would be ready at once, and loop on).
+                    let pause_now = pause.min(deadline.saturating_duration_since(Instant::now()));
+                    if pause_now.is_zero() {
+                        break Err(e);
+                    }
+                    last_error = Some(e);
+                    Timer::after(pause_now).await;
+                    pause = (pause * 2).min(LAST_RETRY);
+                }
                 other => break other,
             };
         }
     };
-    let connected = wait::timeout(timeout, attempt)
-        .await
-        .unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into()));
+    let connected = wait::timeout(timeout, attempt).await;
+    let connected = match connected {
+        Some(result) => result,
+        // Waited for the app: say what the endpoint still was at the end.
+        None => Err(last_error
+            .take()
+            .unwrap_or_else(|| io::ErrorKind::TimedOut.into())),
+    };
     match connected {
         Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
         Err(source) => {
             let refused = source.kind() == io::ErrorKind::ConnectionRefused;
             let fault = match platform::not_a_socket(endpoint) {
                 Some(what) if refused => Fault::NotASocket(what),
+                _ if wait_for_app && source.kind() != io::ErrorKind::TimedOut => Fault::Waited,
                 _ => Fault::Io,
             };
             Err(ConnectError {
@@ -69,6 +124,16 @@ pub async fn connect(endpoint: &Path, timeout: Duration) -> Result<(Reader, Writ
                 fault,
             })
         }
+    }
+}
+
+/// Whether waiting may cure `error`: the endpoint does not exist yet, or
+/// nothing listens on it yet, and it is not a file of another kind.
+fn may_heal(endpoint: &Path, error: &io::Error) -> bool {
+    match error.kind() {
+        io::ErrorKind::NotFound => true,
+        io::ErrorKind::ConnectionRefused => platform::not_a_socket(endpoint).is_none(),
+        _ => false,
     }
 }
 
@@ -144,6 +209,9 @@ pub struct ConnectError {
 pub(crate) enum Fault {
     /// The OS error says it all.
     Io,
+    /// The OS error says it all, after waiting the whole timeout for the
+    /// app to come up.
+    Waited,
     /// The path refused the connection because it is this, not a socket.
     NotASocket(&'static str),
     /// Who serves the endpoint could not be told (the OS error says why).
@@ -191,7 +259,7 @@ impl fmt::Display for ConnectError {
             Fault::NotASocket(what) => {
                 return write!(f, "cannot connect to '{}': it is {}, not a socket", endpoint, what)
             }
-            Fault::Io => match self.source.kind() {
+            Fault::Io | Fault::Waited => match self.source.kind() {
                 io::ErrorKind::TimedOut => {
                     return write!(
                         f,
@@ -210,7 +278,11 @@ impl fmt::Display for ConnectError {
                 _ => "the endpoint could not be opened",
             },
         };
-        write!(f, "cannot connect to '{}': {}", endpoint, what)
+        write!(f, "cannot connect to '{}': {}", endpoint, what)?;
+        if let Fault::Waited = self.fault {
+            write!(f, " (waited {:?} for the app)", self.timeout)?;
+        }
+        Ok(())
     }
 }
 

@@ -97,7 +97,16 @@ pub fn foreign_bridge(dir: &TempDir) -> Command {
 pub fn spawn_foreign_bridge(dir: &TempDir, socket: &Path) -> smol::process::Child {
     let mut command = foreign_bridge(dir);
     command
-        .args(["mcp-server", "--project", "p", "--requester", "intruder"])
+        // The plain relay: it exits when hung up on, instead of answering
+        // requests with the reason until stdin closes.
+        .args([
+            "mcp-server",
+            "--no-reconnect",
+            "--project",
+            "p",
+            "--requester",
+            "intruder",
+        ])
         .arg("--endpoint")
         .arg(socket);
     // Stdio set on the smol command: it does not carry std's settings over.

@@ -7,26 +7,32 @@
 //! carries relayed bytes only, so every diagnostic is returned as a
 //! [`BridgeError`] for the caller to print on stderr.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::time::Duration;
 
-use async_io::Timer;
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::io::{AsyncRead, AsyncWrite};
 
-use crate::endpoint::{self, ConnectError, ServerUser};
+mod session;
+
+pub use session::{ERROR_CODE, FAILED_LIMIT, HOLD_LIMIT};
+
+use crate::endpoint::{ConnectError, ServerUser};
 use crate::handshake::Handshake;
-use crate::relay::{self, Ending, RelayError, Stage};
+use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio;
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
 /// that a CLI showing "starting MCP server..." never hangs.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a restarting app is waited for unless told otherwise: what
+/// Claude Code allows a server to start, so an app that restarts within a
+/// CLI's own patience keeps its sessions.
+pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// After the CLI closes stdin, how long replies already on their way are
 /// still relayed. The CLI has closed its side, so this only exists to deliver
@@ -67,6 +73,15 @@ pub struct Config {
     /// at the endpoint, for an app that serves from another account on
     /// purpose. Default: none. See [`endpoint::verify_server`].
     pub trusted_server: Option<ServerUser>,
+    /// Whether the session survives the app: wait for an app that is not
+    /// there yet, answer requests with errors when it cannot be reached or
+    /// refuses, and reconnect and resume when it closes the connection.
+    /// Default: `true`. `false` is a plain relay: connect once (failing at
+    /// once if nothing listens), end when the app hangs up.
+    pub reconnect: bool,
+    /// How long a restarting app is waited for before the session fails.
+    /// Default: [`DEFAULT_RECONNECT_TIMEOUT`].
+    pub reconnect_timeout: Duration,
 }
 
 impl Config {
@@ -79,6 +94,8 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drain_grace: DRAIN_GRACE,
             trusted_server: None,
+            reconnect: true,
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
         }
     }
 }
@@ -111,6 +128,15 @@ pub enum BridgeError {
         /// The refusal line's `error.message`, if the app sent one.
         reason: Option<String>,
     },
+    /// The app came back after closing the connection, but did not take
+    /// the session back (it rejected the replayed `initialize`, or did not
+    /// answer in time).
+    Resume {
+        /// The endpoint reconnected to.
+        endpoint: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl fmt::Display for BridgeError {
@@ -142,6 +168,12 @@ impl fmt::Display for BridgeError {
                  this client (its log may say why)",
                 endpoint.display()
             ),
+            BridgeError::Resume { endpoint, reason } => write!(
+                f,
+                "the app at '{}' closed the connection and did not take the session back: {}",
+                endpoint.display(),
+                reason
+            ),
             BridgeError::Relay(e) => f.write_str(match e.stage() {
                 Stage::ReadClient => "reading stdin failed",
                 Stage::WriteServer => "sending to the app failed",
@@ -160,13 +192,14 @@ impl std::error::Error for BridgeError {
             BridgeError::Connect(e) => e.source(),
             BridgeError::Handshake { source, .. } => Some(source),
             BridgeError::Relay(e) => Some(e.io_error()),
-            BridgeError::Refused { .. } => None,
+            BridgeError::Refused { .. } | BridgeError::Resume { .. } => None,
         }
     }
 }
 
-/// Runs the bridge on this process's stdin and stdout until the relay ends.
-/// Blocks the calling thread; this is what the binary's `mcp-server` calls.
+/// Runs the bridge on this process's stdin and stdout until the session
+/// ends. Blocks the calling thread; this is what the binary's `mcp-server`
+/// calls.
 ///
 /// Beyond [`bridge`], it watches the far ends of stdio (see
 /// [`stdio::watch_hangups`]): when stdout's reader goes away the bridge
@@ -177,7 +210,7 @@ pub fn run(config: &Config) -> Result<Ending, BridgeError> {
     let stdout = stdio::stdout().map_err(BridgeError::Stdio)?;
     let hangups = stdio::watch_hangups();
     smol::block_on(async {
-        let session = session(config, stdin, stdout, Some(&hangups));
+        let session = session::run(config, stdin, stdout, Some(&hangups));
         let gone = async {
             hangups.output_gone().await;
             Ok(Ending::ClientGone)
@@ -186,10 +219,11 @@ pub fn run(config: &Config) -> Result<Ending, BridgeError> {
     })
 }
 
-/// Connects to `config.endpoint`, checks who serves it, sends the
-/// handshake, and relays between the given client streams and the
-/// connection. [`run`] calls it with the real stdio; tests and embedders
-/// can pass anything else.
+/// Runs one client's session between the given client streams and the app
+/// at `config.endpoint`, as the [module docs](self) describe: connects
+/// (waiting for the app), checks who serves it, sends the handshake, and
+/// relays, reconnecting when the app restarts. [`run`] calls it with the
+/// real stdio; tests and embedders can pass anything else.
 pub async fn bridge<R, W>(
     config: &Config,
     client_in: R,
@@ -199,133 +233,5 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    session(config, client_in, client_out, None).await
-}
-
-async fn session<R, W>(
-    config: &Config,
-    client_in: R,
-    client_out: W,
-    hangups: Option<&stdio::Hangups>,
-) -> Result<Ending, BridgeError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let (reader, mut writer) = endpoint::connect(&config.endpoint, config.connect_timeout)
-        .await
-        .map_err(BridgeError::Connect)?;
-    endpoint::verify_server(&config.endpoint, &reader, config.trusted_server.as_ref())
-        .map_err(BridgeError::Connect)?;
-    let line = config.handshake.to_line();
-    let sent = async {
-        writer.write_all(&line).await?;
-        writer.flush().await
-    };
-    sent.await.map_err(|source| BridgeError::Handshake {
-        endpoint: config.endpoint.clone(),
-        source,
-    })?;
-
-    let (reader, first_line) = FirstLine::watch(reader);
-    let relayed = relay::relay(client_in, client_out, reader, writer, config.drain_grace);
-    // stdin's writers gone while the relay cannot read it (blocked sending
-    // to an app that stopped reading): the drain grace starts all the same.
-    let input_closed = async {
-        match hangups {
-            Some(hangups) => hangups.input_closed().await,
-            None => future::pending().await,
-        }
-        Timer::after(config.drain_grace).await;
-        Ok(Ending::ClientClosed { drained: false })
-    };
-    let ending = future::or(relayed, input_closed)
-        .await
-        .map_err(BridgeError::Relay)?;
-    if ending == Ending::ServerClosed {
-        if let Some(reason) = first_line.refusal() {
-            return Err(BridgeError::Refused {
-                endpoint: config.endpoint.clone(),
-                reason,
-            });
-        }
-    }
-    Ok(ending)
-}
-
-/// The start of what the app sent, kept to tell a refusal from a session
-/// that ended: nothing at all, or a first line that is a JSON-RPC error
-/// with `"id":null` (how `serve` and other hosts say no). Bytes pass
-/// through untouched and at once; only the first line (at most
-/// [`FIRST_LINE_LIMIT`] bytes) is copied aside.
-struct FirstLine<R> {
-    inner: R,
-    seen: Rc<RefCell<Vec<u8>>>,
-}
-
-/// The most of the app's first line kept for [`FirstLine`]; a refusal line
-/// is far shorter.
-const FIRST_LINE_LIMIT: usize = 4096;
-
-/// What [`FirstLine`] saw, readable after the relay has consumed the stream.
-struct FirstLineSeen(Rc<RefCell<Vec<u8>>>);
-
-impl<R: AsyncRead + Unpin> FirstLine<R> {
-    fn watch(inner: R) -> (FirstLine<R>, FirstLineSeen) {
-        let seen = Rc::new(RefCell::new(Vec::new()));
-        (
-            FirstLine {
-                inner,
-                seen: seen.clone(),
-            },
-            FirstLineSeen(seen),
-        )
-    }
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for FirstLine<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut [u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = poll {
-            let mut seen = this.seen.borrow_mut();
-            let complete = seen.last() == Some(&b'\n') || seen.len() >= FIRST_LINE_LIMIT;
-            if !complete {
-                let room = FIRST_LINE_LIMIT - seen.len();
-                let chunk = &buf[..n.min(room)];
-                let end = chunk
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(chunk.len(), |i| i + 1);
-                seen.extend_from_slice(&chunk[..end]);
-            }
-        }
-        poll
-    }
-}
-
-impl FirstLineSeen {
-    /// `Some` if the app refused us: `Some(None)` for a silent close,
-    /// `Some(Some(message))` for a refusal line.
-    fn refusal(&self) -> Option<Option<String>> {
-        let seen = self.0.borrow();
-        if seen.is_empty() {
-            return Some(None);
-        }
-        let line: serde_json::Value = serde_json::from_slice(&seen).ok()?;
-        if !line.get("id")?.is_null() {
-            return None;
-        }
-        let message = line.get("error")?.get("message");
-        Some(Some(
-            message
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("(no reason given)")
-                .to_string(),
-        ))
-    }
+    session::run(config, client_in, client_out, None).await
 }

@@ -1,0 +1,459 @@
+//! The bridge survives the app: it waits for an app that is starting,
+//! tells the client why in the protocol when the app cannot be reached or
+//! refuses, and carries the session across a restart. Real bridge process,
+//! real socket, an MCP-shaped host in the test.
+#![cfg(unix)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use futures_lite::StreamExt;
+use mcp_bridge::host::Listener;
+use serde_json::{json, Value};
+use smol::process::{Child, ChildStdin, ChildStdout, Command};
+use smol::Task;
+use support::{within, TempDir, BIN};
+
+/// What a test host saw: each connection's handshake and lines, in order.
+#[derive(Default)]
+struct Seen {
+    connections: Vec<Vec<String>>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+/// How a test host behaves.
+#[derive(Clone, Copy, PartialEq)]
+enum Manner {
+    /// Answers like a tiny MCP server with one `echo` tool.
+    Serve,
+    /// Closes every connection at once, without a word.
+    HangUp,
+    /// Sends a refusal line (`"id":null` error), then closes.
+    Refuse,
+}
+
+/// An MCP-shaped app listening at a socket.
+struct App {
+    accepting: Task<()>,
+}
+
+impl App {
+    fn start(socket: &Path, seen: &Shared, manner: Manner) -> App {
+        let listener = Listener::bind(socket).unwrap();
+        let seen = seen.clone();
+        let accepting = smol::spawn(async move {
+            let mut connections = Vec::new();
+            while let Ok(connection) = listener.accept().await {
+                let number = {
+                    let mut seen = seen.lock().unwrap();
+                    let line = String::from_utf8(connection.handshake.to_line()).unwrap();
+                    seen.connections.push(vec![line]);
+                    seen.connections.len() - 1
+                };
+                let seen = seen.clone();
+                connections.push(smol::spawn(async move {
+                    let mut writer = connection.writer;
+                    match manner {
+                        Manner::HangUp => return,
+                        Manner::Refuse => {
+                            let refusal = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"no room for you\"}}\n";
+                            let _ = writer.write_all(refusal.as_bytes()).await;
+                            return;
+                        }
+                        Manner::Serve => {}
+                    }
+                    let mut lines = BufReader::new(connection.reader).lines();
+                    while let Some(Ok(line)) = lines.next().await {
+                        seen.lock().unwrap().connections[number].push(line.clone());
+                        if let Some(reply) = answer(&line) {
+                            let mut bytes = reply.to_string().into_bytes();
+                            bytes.push(b'\n');
+                            if writer.write_all(&bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }));
+            }
+        });
+        App { accepting }
+    }
+
+    /// Stops the app as an exit would: the socket is removed and every
+    /// connection closed by the time this returns.
+    async fn stop(self) {
+        self.accepting.cancel().await;
+    }
+}
+
+/// The host's reply to one line: `initialize`, `tools/list`, `tools/call`
+/// of `echo`; `slow/never` is never answered.
+fn answer(line: &str) -> Option<Value> {
+    let request: Value = serde_json::from_str(line).ok()?;
+    let id = request.get("id")?.clone();
+    let result = match request["method"].as_str()? {
+        "initialize" => {
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}, "prompts": {}}, "serverInfo": {"name": "test-app", "version": "1"}})
+        }
+        "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+        "tools/call" => {
+            json!({"content": [{"type": "text", "text": request["params"]["arguments"]["text"]}]})
+        }
+        "slow/never" => return None,
+        _ => json!({}),
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// The bridge, spawned as an MCP CLI would, with line-wise stdio.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Bridge {
+    fn spawn(socket: &Path, extra: &[&str]) -> Bridge {
+        let mut child = Command::new(BIN)
+            .args(["mcp-server", "--project", "p", "--requester", "r"])
+            .arg("--endpoint")
+            .arg(socket)
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Bridge {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin
+            .write_all(format!("{}\n", line).as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    async fn line(&mut self) -> String {
+        within("a line from the bridge", self.stdout.next())
+            .await
+            .expect("a line before stdout ends")
+            .unwrap()
+    }
+
+    async fn json(&mut self) -> Value {
+        let line = self.line().await;
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{}: {:?}", e, line))
+    }
+
+    /// Closes stdin and returns the exit code and stderr.
+    async fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let mut rest = Vec::new();
+        while let Some(line) = within("stdout to end", self.stdout.next()).await {
+            rest.push(line.unwrap());
+        }
+        assert!(
+            rest.is_empty(),
+            "nothing more expected on stdout: {:?}",
+            rest
+        );
+        let out = within("the bridge to exit", self.child.output())
+            .await
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+fn call(id: u32, text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}).to_string()
+}
+
+fn setup(tag: &str) -> (TempDir, PathBuf, Shared) {
+    let dir = TempDir::new(tag, 0o700);
+    let socket = dir.socket();
+    (dir, socket, Shared::default())
+}
+
+/// The app restarts between two `tools/call`s of one session: the second
+/// still succeeds, the client is told the lists changed, and the new app
+/// instance got the resumed handshake and the replayed session under the
+/// bridge's own ids, whose replies never reached the client.
+#[test]
+fn a_restart_does_not_end_the_session() {
+    let (_dir, socket, seen) = setup("restart");
+    smol::block_on(async {
+        let app = App::start(&socket, &seen, Manner::Serve);
+        let mut bridge = Bridge::spawn(&socket, &[]);
+        bridge.send(INITIALIZE).await;
+        assert_eq!(bridge.json().await["id"], 1);
+        bridge.send(INITIALIZED).await;
+        bridge.send(&call(2, "before")).await;
+        assert_eq!(
+            bridge.json().await["result"]["content"][0]["text"],
+            "before"
+        );
+
+        app.stop().await;
+        let _app = App::start(&socket, &seen, Manner::Serve);
+        bridge.send(&call(3, "after")).await;
+        let mut notices = Vec::new();
+        let reply = loop {
+            let message = bridge.json().await;
+            if message.get("id").is_some() {
+                break message;
+            }
+            notices.push(message["method"].as_str().unwrap().to_string());
+        };
+        assert_eq!(reply["id"], 3, "{}", reply);
+        assert_eq!(reply["result"]["content"][0]["text"], "after");
+        assert_eq!(
+            notices,
+            [
+                "notifications/tools/list_changed",
+                "notifications/prompts/list_changed"
+            ],
+            "tools always; prompts because the app declares them; resources not"
+        );
+        let (code, stderr) = bridge.finish().await;
+        assert_eq!(code, Some(0), "{}", stderr);
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.connections.len(), 2);
+    assert_eq!(
+        seen.connections[0][0],
+        "{\"project\":\"p\",\"requester\":\"r\"}\n"
+    );
+    let second = &seen.connections[1];
+    assert_eq!(
+        second[0],
+        "{\"project\":\"p\",\"requester\":\"r\",\"resumed\":true}\n"
+    );
+    let replayed: Value = serde_json::from_str(&second[1]).unwrap();
+    assert_eq!(replayed["method"], "initialize");
+    assert_eq!(replayed["id"], "mcp-bridge-replay-1");
+    assert_eq!(
+        replayed["params"]["clientInfo"]["name"], "t",
+        "the client's own request"
+    );
+    assert_eq!(second[2], INITIALIZED);
+    assert_eq!(second[3], call(3, "after"));
+}
+
+/// A request the app never answered when it closed the connection gets an
+/// error response at once: before the app is even back.
+#[test]
+fn a_request_in_flight_at_the_hang_up_gets_an_error_at_once() {
+    let (_dir, socket, seen) = setup("inflight");
+    smol::block_on(async {
+        let app = App::start(&socket, &seen, Manner::Serve);
+        let mut bridge = Bridge::spawn(&socket, &[]);
+        bridge.send(INITIALIZE).await;
+        bridge.json().await;
+        bridge
+            .send(r#"{"jsonrpc":"2.0","id":"slow-1","method":"slow/never"}"#)
+            .await;
+        // Wait until the app has the request, then let it die.
+        within("the app to get the request", async {
+            while !seen.lock().unwrap().connections[0]
+                .iter()
+                .any(|l| l.contains("slow-1"))
+            {
+                async_io::Timer::after(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        app.stop().await;
+        let error = bridge.json().await;
+        assert_eq!(error["id"], "slow-1");
+        assert_eq!(error["error"]["code"], -32000);
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("closed the connection before answering"),
+            "{}",
+            message
+        );
+        let _app = App::start(&socket, &seen, Manner::Serve);
+        bridge.send(&call(4, "back")).await;
+        loop {
+            let message = bridge.json().await;
+            if message["id"] == 4 {
+                break;
+            }
+        }
+    });
+}
+
+/// An app that starts only after the client has spoken: the bridge waits
+/// for it, and nothing the client sent meanwhile is lost or reordered.
+#[test]
+fn an_app_that_starts_late_is_waited_for_and_nothing_is_lost() {
+    let (_dir, socket, seen) = setup("late");
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&socket, &["--connect-timeout", "30"]);
+        bridge.send(INITIALIZE).await;
+        bridge.send(INITIALIZED).await;
+        bridge.send(&call(2, "early")).await;
+        // Give the bridge time to have read all of it while no app exists.
+        async_io::Timer::after(std::time::Duration::from_millis(300)).await;
+        assert!(!socket.exists());
+        let _app = App::start(&socket, &seen, Manner::Serve);
+        assert_eq!(bridge.json().await["id"], 1);
+        assert_eq!(bridge.json().await["result"]["content"][0]["text"], "early");
+        let (code, stderr) = bridge.finish().await;
+        assert_eq!(code, Some(0), "{}", stderr);
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.connections[0][1..],
+        [
+            INITIALIZE.to_string(),
+            INITIALIZED.to_string(),
+            call(2, "early")
+        ]
+    );
+}
+
+/// No app at all: every request is answered with an error naming the
+/// endpoint, under its id exactly as the client wrote it; notifications
+/// get nothing; stdin's end is exit 1.
+#[test]
+fn an_absent_app_is_reported_to_every_request_under_its_own_id() {
+    let (_dir, socket, _seen) = setup("absent");
+    smol::block_on(async {
+        let mut bridge = Bridge::spawn(&socket, &["--connect-timeout", "0.2"]);
+        let ids = [
+            "1",
+            "\"abc\"",
+            "9007199254740993",
+            r#""a\"b\\c\u00e9""#,
+            "-7",
+        ];
+        for id in ids {
+            bridge
+                .send(&format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"method":"tools/list"}}"#,
+                    id
+                ))
+                .await;
+            bridge.send(INITIALIZED).await;
+        }
+        for id in ids {
+            let line = bridge.line().await;
+            let expected = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32000,\"message\":",
+                id
+            );
+            assert!(
+                line.starts_with(&expected),
+                "{} does not start with {}",
+                line,
+                expected
+            );
+            let error: Value = serde_json::from_str(&line).unwrap();
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(message.contains(&*socket.to_string_lossy()), "{}", message);
+            assert!(message.contains("does not exist"), "{}", message);
+        }
+        let (code, stderr) = bridge.finish().await;
+        assert_eq!(code, Some(1), "{}", stderr);
+        assert!(stderr.contains("does not exist"), "{}", stderr);
+    });
+}
+
+/// `--no-reconnect` is the plain relay of before: the app's hang-up ends
+/// the bridge cleanly, and nothing but the app's bytes reach stdout.
+#[test]
+fn no_reconnect_ends_with_the_app() {
+    let (_dir, socket, seen) = setup("plain");
+    smol::block_on(async {
+        let app = App::start(&socket, &seen, Manner::Serve);
+        let mut bridge = Bridge::spawn(&socket, &["--no-reconnect"]);
+        bridge.send(INITIALIZE).await;
+        assert_eq!(bridge.json().await["id"], 1);
+        app.stop().await;
+        assert!(within("stdout to end", bridge.stdout.next())
+            .await
+            .is_none());
+        let status = within("the bridge to exit", bridge.child.status())
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+    });
+}
+
+/// The app closes and does not come back within `--reconnect-timeout`:
+/// from then on every request gets an error saying so, and stdin's end is
+/// exit 1.
+#[test]
+fn an_app_that_does_not_come_back_in_time_is_reported() {
+    let (_dir, socket, seen) = setup("gone");
+    smol::block_on(async {
+        let app = App::start(&socket, &seen, Manner::Serve);
+        let mut bridge = Bridge::spawn(&socket, &["--reconnect-timeout", "0.3"]);
+        bridge.send(INITIALIZE).await;
+        bridge.json().await;
+        app.stop().await;
+        bridge.send(&call(5, "anyone?")).await;
+        let error = bridge.json().await;
+        assert_eq!(error["id"], 5);
+        assert_eq!(error["error"]["code"], -32000);
+        bridge.send(&call(6, "still?")).await;
+        assert_eq!(bridge.json().await["id"], 6);
+        let (code, _) = bridge.finish().await;
+        assert_eq!(code, Some(1));
+    });
+}
+
+/// A host that refuses (closes at once, or sends a refusal line) is
+/// reported in the protocol and on stderr, and not retried in a loop: it
+/// sees one connection.
+#[test]
+fn a_refusing_app_is_reported_not_retried() {
+    for (manner, reason) in [
+        (
+            Manner::HangUp,
+            "closed the connection before answering anything",
+        ),
+        (Manner::Refuse, "refused this client: no room for you"),
+    ] {
+        let (_dir, socket, seen) = setup("refuse");
+        smol::block_on(async {
+            let _app = App::start(&socket, &seen, manner);
+            let mut bridge = Bridge::spawn(&socket, &[]);
+            bridge.send(INITIALIZE).await;
+            let error = loop {
+                let message = bridge.json().await;
+                if message["id"] == 1 {
+                    break message;
+                }
+            };
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(message.contains(reason), "{}", message);
+            bridge.send(&call(2, "again")).await;
+            assert_eq!(bridge.json().await["id"], 2);
+            let (code, stderr) = bridge.finish().await;
+            assert_eq!(code, Some(1));
+            assert!(stderr.contains(reason), "{}", stderr);
+        });
+        assert_eq!(seen.lock().unwrap().connections.len(), 1);
+    }
+}
