@@ -67,6 +67,8 @@ pub struct Config {
     /// at the endpoint, for an app that serves from another account on
     /// purpose. Default: none. See [`endpoint::verify_server`].
     pub trusted_server: Option<ServerUser>,
+    /// Where to append the traffic log, if anywhere. Default: none.
+    pub log: Option<PathBuf>,
 }
 
 impl Config {
@@ -79,6 +81,7 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drain_grace: DRAIN_GRACE,
             trusted_server: None,
+            log: None,
         }
     }
 }

@@ -77,6 +77,7 @@ mod readiness;
 pub mod relay;
 pub mod serve;
 pub mod stdio;
+pub mod traffic_log;
 mod wait;
 
 /// One line for an error and every cause behind it, joined by `": "`: what
