@@ -63,6 +63,7 @@ mod forward;
 pub mod app_server;
 pub mod bridge;
 pub mod diag;
+pub mod doctor;
 pub mod endpoint;
 #[allow(dead_code)] // until the relay uses it (issue 11)
 mod envelope;
