@@ -718,7 +718,13 @@ mod tests {
         for needle in needles {
             assert!(text.contains(needle), "usage lacks {}", needle);
         }
-        for placeholder in ["{VERSION}", "{TIMEOUT}", "{MAX}", "{DOCTOR_TIMEOUT}", "{LOG_MAX}"] {
+        for placeholder in [
+            "{VERSION}",
+            "{TIMEOUT}",
+            "{MAX}",
+            "{DOCTOR_TIMEOUT}",
+            "{LOG_MAX}",
+        ] {
             assert!(!text.contains(placeholder), "{} left unfilled", placeholder);
         }
     }

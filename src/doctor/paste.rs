@@ -99,14 +99,24 @@ impl Snippets {
         Snippets::for_shell(name, command, args, Shell::HERE)
     }
 
-    pub(super) fn for_shell(name: &str, command: &str, args: Vec<String>, shell: Shell) -> Snippets {
-        let mut claude_code = format!("claude mcp add {} -- {}", shell.quote(name), shell.quote(command));
+    pub(super) fn for_shell(
+        name: &str,
+        command: &str,
+        args: Vec<String>,
+        shell: Shell,
+    ) -> Snippets {
+        let mut claude_code = format!(
+            "claude mcp add {} -- {}",
+            shell.quote(name),
+            shell.quote(command)
+        );
         for arg in &args {
             claude_code.push(' ');
             claude_code.push_str(&shell.quote(arg));
         }
         let mcp_json = json!({"mcpServers": {name: {"command": command, "args": args}}});
-        let vscode = json!({"servers": {name: {"type": "stdio", "command": command, "args": args}}});
+        let vscode =
+            json!({"servers": {name: {"type": "stdio", "command": command, "args": args}}});
         let quoted: Vec<String> = args.iter().map(|a| toml_string(a)).collect();
         let codex_toml = format!(
             "[mcp_servers.{}]\ncommand = {}\nargs = [{}]\n",
@@ -141,7 +151,11 @@ impl Snippets {
     fn json_text(&self, top: &str, kind: Option<&str>) -> String {
         let string = |text: &str| Value::from(text).to_string();
         let args: Vec<String> = self.args.iter().map(|a| string(a)).collect();
-        let mut out = format!("{{\n  {}: {{\n    {}: {{\n", string(top), string(&self.name));
+        let mut out = format!(
+            "{{\n  {}: {{\n    {}: {{\n",
+            string(top),
+            string(&self.name)
+        );
         if let Some(kind) = kind {
             let _ = writeln!(out, "      \"type\": {},", string(kind));
         }
@@ -168,7 +182,11 @@ impl Snippets {
             ".mcp.json (also .cursor/mcp.json, Gemini CLI's ~/.gemini/settings.json):\n{}",
             self.mcp_json_text()
         );
-        let _ = writeln!(out, "Codex CLI (~/.codex/config.toml):\n{}", self.codex_toml);
+        let _ = writeln!(
+            out,
+            "Codex CLI (~/.codex/config.toml):\n{}",
+            self.codex_toml
+        );
         let _ = write!(out, "VS Code (.vscode/mcp.json):\n{}", self.vscode_text());
         out
     }
@@ -271,7 +289,13 @@ mod tests {
     const PIPE: &str = r"\\.\pipe\myapp-mcp";
 
     fn windows() -> Snippets {
-        let args = ["mcp-server", "--endpoint", PIPE, "--requester", "agent \"7\""];
+        let args = [
+            "mcp-server",
+            "--endpoint",
+            PIPE,
+            "--requester",
+            "agent \"7\"",
+        ];
         Snippets::for_shell(
             "myapp",
             EXE,
@@ -304,7 +328,9 @@ mod tests {
         assert_eq!(text, snippets.mcp_json, "{}", snippets.mcp_json_text());
         let text: Value = serde_json::from_str(&snippets.vscode_text()).unwrap();
         assert_eq!(text, snippets.vscode, "{}", snippets.vscode_text());
-        assert!(snippets.mcp_json_text().contains(r#""command": "C:\\Program Files\\My App\\mcp-bridge.exe""#));
+        assert!(snippets
+            .mcp_json_text()
+            .contains(r#""command": "C:\\Program Files\\My App\\mcp-bridge.exe""#));
         assert_eq!(
             snippets.codex_toml,
             "[mcp_servers.myapp]\n\
@@ -368,15 +394,25 @@ mod tests {
 
     #[test]
     fn posix_quoting_keeps_words_whole() {
-        assert_eq!(posix_quote("/usr/local/bin/mcp-bridge"), "/usr/local/bin/mcp-bridge");
-        assert_eq!(posix_quote("/Applications/My App/mcp-bridge"), "'/Applications/My App/mcp-bridge'");
+        assert_eq!(
+            posix_quote("/usr/local/bin/mcp-bridge"),
+            "/usr/local/bin/mcp-bridge"
+        );
+        assert_eq!(
+            posix_quote("/Applications/My App/mcp-bridge"),
+            "'/Applications/My App/mcp-bridge'"
+        );
         assert_eq!(posix_quote("it's"), r"'it'\''s'");
         assert_eq!(posix_quote(""), "''");
         assert_eq!(posix_quote("$HOME"), "'$HOME'");
         let snippets = Snippets::for_shell(
             "my-app",
             "/opt/My App/mcp-bridge",
-            vec!["mcp-server".into(), "--endpoint".into(), "/run/user/1000/app.sock".into()],
+            vec![
+                "mcp-server".into(),
+                "--endpoint".into(),
+                "/run/user/1000/app.sock".into(),
+            ],
             Shell::Posix,
         );
         assert_eq!(
@@ -396,7 +432,10 @@ mod tests {
 
     #[test]
     fn server_names_are_ones_every_cli_accepts() {
-        assert_eq!(server_name(Some("mcp-bridge-demo-host")), "mcp-bridge-demo-host");
+        assert_eq!(
+            server_name(Some("mcp-bridge-demo-host")),
+            "mcp-bridge-demo-host"
+        );
         assert_eq!(server_name(Some("My App: Tools!")), "My-App-Tools");
         assert_eq!(server_name(Some("été")), "t");
         assert_eq!(server_name(Some("!!!")), "app");

@@ -90,11 +90,9 @@ async fn run(config: &Config, report: &mut Report) -> Result<(), Stop> {
         }
     };
     report.steps.push(endpoint_step);
-    report.steps.push(Step::new(
-        "connect",
-        Some(connect_time),
-        "connected".into(),
-    ));
+    report
+        .steps
+        .push(Step::new("connect", Some(connect_time), "connected".into()));
 
     let verifying = Instant::now();
     let verified = endpoint::verify_server(&config.endpoint, &reader, None);
@@ -177,7 +175,13 @@ async fn run(config: &Config, report: &mut Report) -> Result<(), Stop> {
         .await?;
     let startup = started.elapsed();
     report.prompts = session
-        .list_if(report, declared("prompts"), "prompts/list", "prompts", "prompt")
+        .list_if(
+            report,
+            declared("prompts"),
+            "prompts/list",
+            "prompts",
+            "prompt",
+        )
         .await?;
     report.resources = session
         .list_if(
@@ -530,10 +534,8 @@ impl Session<'_> {
                 _ => return Ok(names),
             }
         }
-        self.warnings.push(format!(
-            "stopped after {} pages of {}",
-            PAGE_LIMIT, method
-        ));
+        self.warnings
+            .push(format!("stopped after {} pages of {}", PAGE_LIMIT, method));
         Ok(names)
     }
 

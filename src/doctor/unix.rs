@@ -60,11 +60,17 @@ pub(super) fn inspect(path: &Path) -> Facts {
             }
             let owner = metadata.uid();
             if owner != me && owner != 0 {
-                facts.warnings.push(format!("it belongs to {}, not to you", who(owner)));
+                facts
+                    .warnings
+                    .push(format!("it belongs to {}, not to you", who(owner)));
             }
             format!(
                 "{}, owner {}, mode {:04o}; {}",
-                if kind.is_socket() { "a socket" } else { "not a socket" },
+                if kind.is_socket() {
+                    "a socket"
+                } else {
+                    "not a socket"
+                },
                 who(owner),
                 mode,
                 length

@@ -257,7 +257,8 @@ impl TrafficLog {
         let mut queue = shared.lock();
         queue.flush = true;
         shared.work.notify_all();
-        while !(queue.pending.is_empty() && queue.in_flight == 0) && !queue.done {
+        let written = |q: &Queue| q.done || (q.pending.is_empty() && q.in_flight == 0);
+        while !written(&queue) {
             let now = Instant::now();
             if now >= deadline {
                 return false;

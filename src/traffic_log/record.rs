@@ -326,7 +326,11 @@ mod tests {
         );
     }
 
-    fn envelope(kind: Kind, id: Option<&'static [u8]>, method: Option<&'static str>) -> Envelope<'static> {
+    fn envelope(
+        kind: Kind,
+        id: Option<&'static [u8]>,
+        method: Option<&'static str>,
+    ) -> Envelope<'static> {
         Envelope {
             kind,
             id,

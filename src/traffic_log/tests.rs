@@ -105,8 +105,10 @@ fn a_tap_makes_one_record_per_line_however_the_stream_is_cut() {
 #[test]
 fn long_messages_are_cut_at_the_cap() {
     let dir = Dir::new("cap");
-    let mut options = LogOptions::default();
-    options.message_cap = 32;
+    let options = LogOptions {
+        message_cap: 32,
+        ..LogOptions::default()
+    };
     let log = TrafficLog::open(&dir.file(), options).unwrap();
     let mut line = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"text\":\"".to_vec();
     line.extend(std::iter::repeat(b'x').take(1_000_000));
@@ -157,8 +159,10 @@ fn a_tapped_reader_passes_bytes_unchanged() {
 #[test]
 fn a_full_queue_drops_records_and_counts_them() {
     let dir = Dir::new("full");
-    let mut options = LogOptions::default();
-    options.queue_limit = 4096;
+    let options = LogOptions {
+        queue_limit: 4096,
+        ..LogOptions::default()
+    };
     let log = TrafficLog::open(&dir.file(), options).unwrap();
     log.event(format_args!("before"));
     assert!(log.flush(FLUSHED));
@@ -189,8 +193,10 @@ fn a_full_queue_drops_records_and_counts_them() {
 #[test]
 fn the_file_is_rotated_at_the_cap_keeping_one_old_file() {
     let dir = Dir::new("rotate");
-    let mut options = LogOptions::default();
-    options.max_file_bytes = 1000;
+    let options = LogOptions {
+        max_file_bytes: 1000,
+        ..LogOptions::default()
+    };
     let log = TrafficLog::open(&dir.file(), options).unwrap();
     for n in 0..200 {
         log.event(format_args!("record number {:04}", n));
@@ -240,7 +246,10 @@ fn a_log_that_cannot_be_opened_names_the_file_and_the_reason() {
     let e = TrafficLog::open(&path, LogOptions::default()).unwrap_err();
     let text = crate::error_chain(&e);
     assert!(
-        text.starts_with(&format!("cannot open the traffic log '{}': ", path.display())),
+        text.starts_with(&format!(
+            "cannot open the traffic log '{}': ",
+            path.display()
+        )),
         "{}",
         text
     );
@@ -258,7 +267,7 @@ fn the_file_is_owner_only() {
     let log = TrafficLog::open(&dir.file(), LogOptions::default()).unwrap();
     assert_eq!(mode(&dir.file()), 0o600);
     drop(log);
-    fs::set_permissions(&dir.file(), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(dir.file(), fs::Permissions::from_mode(0o644)).unwrap();
     let _log = TrafficLog::open(&dir.file(), LogOptions::default()).unwrap();
     assert_eq!(mode(&dir.file()), 0o600);
 }
