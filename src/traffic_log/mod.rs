@@ -19,9 +19,9 @@
 //!   line to an in-memory queue under a lock held for that copy. One
 //!   writer thread per log takes the whole queue at once and appends it to
 //!   the file with ordinary blocking writes; only that thread ever waits
-//!   for the disk. It lets records gather for [`LINGER`] before writing
-//!   (or less, once [`WRITE_EARLY`] bytes are waiting), so a burst of
-//!   messages costs one write, not one per message.
+//!   for the disk. It lets records gather for a moment (`LINGER`, or
+//!   until `WRITE_EARLY` bytes wait) before writing, so a burst of messages
+//!   costs one write, not one per message.
 //! - **Bounded in memory.** At most [`LogOptions::queue_limit`] bytes of
 //!   records wait or are being written. A record that does not fit is
 //!   dropped and counted, and the next one that fits is preceded by

@@ -20,8 +20,9 @@ use futures_lite::io::{AsyncRead, AsyncWrite};
 use super::{Direction, TrafficLog};
 use crate::envelope::Scanner;
 
-/// Turns one direction of a stream into message records; see the [module
-/// docs](self). Made by [`TrafficLog::tap`].
+/// Turns one direction of a stream into message records, one per line,
+/// keeping no more of a line than the log's message cap. Made by
+/// [`TrafficLog::tap`].
 ///
 /// A line still open when the tap is dropped (or [finished](Self::finish))
 /// is recorded as it is: the last line of a stream need not end in `\n`.
