@@ -61,23 +61,50 @@ fn kind_field(kind: Kind) -> &'static str {
 const DAY_MICROS: u64 = 86_400 * 1_000_000;
 
 /// Writes `micros` (since 1970-01-01T00:00:00Z) as RFC 3339 in UTC with
-/// microseconds: `2026-11-30T15:04:05.123456Z`.
+/// microseconds: `2026-11-30T15:04:05.123456Z`. Digit by digit rather than
+/// through `write!`: this runs for every record, on the relay's thread.
 pub(super) fn write_timestamp(out: &mut Vec<u8>, micros: u64) {
     let days = micros / DAY_MICROS;
     let of_day = micros % DAY_MICROS;
+    // Days since 1970 from a u64 of microseconds fit an i64 many times over.
     let (year, month, day) = civil_from_days(days as i64);
     let seconds = of_day / 1_000_000;
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        year,
-        month,
-        day,
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-        of_day % 1_000_000
-    );
+    // Years before 10000: the clock would have to be 8,000 years fast.
+    push_digits(out, year as u64, 4);
+    out.push(b'-');
+    push_digits(out, u64::from(month), 2);
+    out.push(b'-');
+    push_digits(out, u64::from(day), 2);
+    out.push(b'T');
+    push_digits(out, seconds / 3600, 2);
+    out.push(b':');
+    push_digits(out, seconds / 60 % 60, 2);
+    out.push(b':');
+    push_digits(out, seconds % 60, 2);
+    out.push(b'.');
+    push_digits(out, of_day % 1_000_000, 6);
+    out.push(b'Z');
+}
+
+/// Appends the last `width` decimal digits of `value`, zero-padded.
+fn push_digits(out: &mut Vec<u8>, mut value: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    for slot in digits[..width].iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+    out.extend_from_slice(&digits[..width]);
+}
+
+/// Appends `value` in decimal.
+fn push_number(out: &mut Vec<u8>, value: u64) {
+    let mut width = 1;
+    let mut rest = value / 10;
+    while rest > 0 {
+        width += 1;
+        rest /= 10;
+    }
+    push_digits(out, value, width);
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01, as (year, month,
@@ -140,12 +167,41 @@ pub(super) fn escape_into(out: &mut Vec<u8>, bytes: &[u8], field: bool, cut: boo
 /// single bytes is enough.
 fn escape_text(out: &mut Vec<u8>, mut text: &[u8], field: bool) {
     let special = |b: u8| b < 0x20 || b == 0x7f || (field && b == b' ');
+    // Nearly every message has nothing to escape: check it eight bytes at
+    // a time first (the size-optimised build does not vectorise loops).
+    if !field && !has_control(text) {
+        out.extend_from_slice(text);
+        return;
+    }
     while let Some(at) = text.iter().position(|&b| special(b)) {
         out.extend_from_slice(&text[..at]);
         hex(out, text[at]);
         text = &text[at + 1..];
     }
     out.extend_from_slice(text);
+}
+
+/// Whether `text` holds a control character (below 0x20, or 0x7f), looked
+/// for a word at a time with the "has a byte less than" bit trick: a byte
+/// below `n` (at most 0x80) borrows in `word - n` per byte, setting a high
+/// bit that was clear in `word`.
+fn has_control(text: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut words = text.chunks_exact(8);
+    for word in &mut words {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let word = u64::from_le_bytes(bytes);
+        let below_space = word.wrapping_sub(ONES * 0x20) & !word;
+        // 0x7f becomes 0, the only byte below 1.
+        let del = word ^ (ONES * 0x7f);
+        let is_del = del.wrapping_sub(ONES) & !del;
+        if (below_space | is_del) & HIGHS != 0 {
+            return true;
+        }
+    }
+    words.remainder().iter().any(|&b| b < 0x20 || b == 0x7f)
 }
 
 fn hex(out: &mut Vec<u8>, b: u8) {
@@ -165,7 +221,8 @@ fn write_head(out: &mut Vec<u8>, micros: u64, what: &str, conn: Option<u64>) {
     out.push(b' ');
     out.extend_from_slice(what.as_bytes());
     if let Some(conn) = conn {
-        let _ = write!(out, " conn={}", conn);
+        out.extend_from_slice(b" conn=");
+        push_number(out, conn);
     }
 }
 
@@ -192,7 +249,8 @@ pub(super) fn write_message(
         out.extend_from_slice(b" method=");
         escape_into(out, method.as_bytes(), true, false);
     }
-    let _ = write!(out, " len={}", len);
+    out.extend_from_slice(b" len=");
+    push_number(out, len);
     if !shown.is_empty() {
         out.push(b' ');
         let cut = (shown.len() as u64) < len;
@@ -313,6 +371,25 @@ mod tests {
             r"ok \xff\xfe café \xc3"
         );
         assert_eq!(escaped(b"a b", true, false).0, r"a\x20b");
+    }
+
+    /// The word-at-a-time check finds a control byte at any position and
+    /// of any value, and never one that is not there (high bytes of UTF-8
+    /// included).
+    #[test]
+    fn control_bytes_are_found_anywhere() {
+        for len in 0..24 {
+            for at in 0..len {
+                for b in (0..0x20).chain([0x7f]) {
+                    let mut text = vec![b'a'; len];
+                    text[at] = b;
+                    assert!(has_control(&text), "{:#x} at {} of {}", b, at, len);
+                }
+            }
+            for b in (0x20..0x7f).chain(0x80..=0xff) {
+                assert!(!has_control(&vec![b; len]), "{:#x} x {}", b, len);
+            }
+        }
     }
 
     #[test]
