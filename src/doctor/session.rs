@@ -351,7 +351,11 @@ impl Session<'_> {
 
     /// Sends one message; an error is worded as the bridge would.
     async fn send(&mut self, message: &Value) -> Result<(), String> {
-        let mut line = message.to_string().into_bytes();
+        self.write_line(message.to_string()).await
+    }
+
+    async fn write_line(&mut self, line: String) -> Result<(), String> {
+        let mut line = line.into_bytes();
         line.push(b'\n');
         let written = self.write(&line).await;
         written.map_err(|source| relay_failure(Stage::WriteServer, source))
@@ -361,8 +365,15 @@ impl Session<'_> {
     async fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await?;
+        // Laid out as CLIs write it, `jsonrpc` first (a `json!` map would
+        // sort the keys), for whoever reads the app's log.
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":{},"params":{}}}"#,
+            id,
+            Value::from(method),
+            params
+        );
+        self.write_line(request).await?;
         let limit = self.timeout;
         match wait::timeout(limit, self.reply(id, method)).await {
             Some(reply) => reply,
