@@ -369,16 +369,26 @@ impl TrafficLog {
         self.event(format_args!("exit code={}: {}", code, reason));
     }
 
-    /// Records one message; see [`LineTap`]. `shown` is its start, `len`
-    /// its whole length, neither counting the final `\n`.
-    fn message(&self, direction: Direction, envelope: &Envelope<'_>, shown: &[u8], len: u64) {
+    /// Records one message whose envelope the caller already has (a relay
+    /// running its own [`Scanner`](crate::envelope::Scanner) need not run a
+    /// second one in a [`LineTap`]). `shown` is the message's start (at
+    /// most the message cap), `len` its whole length, neither counting the
+    /// final `\n`. Never blocks.
+    pub(crate) fn message(
+        &self,
+        direction: Direction,
+        envelope: &Envelope<'_>,
+        shown: &[u8],
+        len: u64,
+    ) {
         let conn = self.conn;
         self.push(|out, micros| {
             record::write_message(out, micros, direction, conn, envelope, shown, len)
         });
     }
 
-    fn message_cap(&self) -> usize {
+    /// How much of each message a record keeps.
+    pub(crate) fn message_cap(&self) -> usize {
         self.handle.shared.options.message_cap
     }
 
