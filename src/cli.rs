@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_bridge::endpoint::ServerUser;
-use mcp_bridge::{bridge, serve};
+use mcp_bridge::{bridge, doctor, serve};
 
 /// Largest `--max-connections` accepted: beyond it, the process and file
 /// descriptor limits of any ordinary system run out first.
@@ -25,6 +25,11 @@ const MAX_MAX_CONNECTIONS: usize = 100_000;
 /// Longest duration accepted in seconds (one day). Larger values are surely
 /// a typo, and would overflow the timer's `Instant` arithmetic.
 const MAX_SECONDS: f64 = 86_400.0;
+
+/// The variable that names the traffic log when `--log` is not given: for
+/// CLIs that pass an environment to the servers they spawn (Codex clears
+/// it, hence the flag).
+const LOG_ENV: &str = "MCP_BRIDGE_LOG";
 
 /// What the user asked for.
 #[derive(Debug)]
@@ -39,6 +44,17 @@ pub enum Command {
     Serve(serve::Config),
     /// `demo`: a self-contained demonstration session.
     Demo,
+    /// `doctor`: check an endpoint as a CLI would use it.
+    Doctor(Doctor),
+}
+
+/// What `doctor` checks, and how it reports.
+#[derive(Debug)]
+pub struct Doctor {
+    /// The checks.
+    pub config: doctor::Config,
+    /// One JSON document on stdout instead of the text report.
+    pub json: bool,
 }
 
 /// A command line that cannot be run: one line naming the problem.
@@ -71,6 +87,14 @@ pub fn usage() -> String {
             "{RECONNECT}",
             &bridge::DEFAULT_RECONNECT_TIMEOUT.as_secs().to_string(),
         )
+        .replace(
+            "{DOCTOR_TIMEOUT}",
+            &doctor::DEFAULT_TIMEOUT.as_secs().to_string(),
+        )
+        .replace(
+            "{LOG_MAX}",
+            &(mcp_bridge::traffic_log::DEFAULT_MAX_FILE_BYTES >> 20).to_string(),
+        )
 }
 
 /// The line printed by `--version`: version, git commit and target triple,
@@ -84,8 +108,18 @@ pub fn version_line() -> String {
     )
 }
 
-/// Parses the arguments after the program name.
+/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`).
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
+    parse_with_env(args, std::env::var_os(LOG_ENV))
+}
+
+/// [`parse`], with the value of `MCP_BRIDGE_LOG` given rather than read.
+fn parse_with_env(
+    args: impl IntoIterator<Item = OsString>,
+    env_log: Option<OsString>,
+) -> Result<Command, UsageError> {
+    // The flag wins; an empty variable means no log.
+    let env_log = env_log.filter(|v| !v.is_empty()).map(PathBuf::from);
     let mut args = Parser {
         args: args.into_iter(),
         inline: None,
@@ -99,21 +133,25 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         },
         Some(Arg::Word(word)) => match word.to_str() {
             Some("help") => Ok(Command::Help),
-            Some("mcp-server") => parse_bridge(args),
-            Some("serve") => parse_serve(args),
+            Some("mcp-server") => parse_bridge(args, env_log),
+            Some("serve") => parse_serve(args, env_log),
+            Some("doctor") => parse_doctor(args),
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
                 Some(arg) => arg.unexpected("demo"),
             },
             _ => error(format!(
-                "unknown command '{}' (expected mcp-server, serve, demo or help)",
+                "unknown command '{}' (expected mcp-server, serve, doctor, demo or help)",
                 word.to_string_lossy()
             )),
         },
     }
 }
 
-fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Command, UsageError> {
+fn parse_bridge(
+    mut args: Parser<impl Iterator<Item = OsString>>,
+    env_log: Option<PathBuf>,
+) -> Result<Command, UsageError> {
     let mut endpoint = None;
     let mut project = None;
     let mut requester = None;
@@ -121,6 +159,7 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     let mut trusted_server = None;
     let mut reconnect_timeout = None;
     let mut no_reconnect = None;
+    let mut log = None;
     while let Some(arg) = args.next()? {
         let name = match arg {
             Arg::Option(name) => name,
@@ -134,6 +173,7 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
             "--trust-server-user" => once(&mut trusted_server, &name, args.server_user(&name)?)?,
             "--reconnect-timeout" => once(&mut reconnect_timeout, &name, args.seconds(&name)?)?,
             "--no-reconnect" => once(&mut no_reconnect, &name, args.no_value()?)?,
+            "--log" => once(&mut log, &name, args.path(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
@@ -149,12 +189,17 @@ fn parse_bridge(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     if let Some(timeout) = reconnect_timeout {
         config.reconnect_timeout = timeout;
     }
+    config.log = log.or(env_log);
     Ok(Command::Bridge(config))
 }
 
-fn parse_serve(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Command, UsageError> {
+fn parse_serve(
+    mut args: Parser<impl Iterator<Item = OsString>>,
+    env_log: Option<PathBuf>,
+) -> Result<Command, UsageError> {
     let mut endpoint = None;
     let mut max_connections = None;
+    let mut log = None;
     let mut command = Vec::new();
     while let Some(arg) = args.next()? {
         let name = match arg {
@@ -173,6 +218,7 @@ fn parse_serve(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comma
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
             "--max-connections" => once(&mut max_connections, &name, args.count(&name)?)?,
+            "--log" => once(&mut log, &name, args.path(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
@@ -193,7 +239,44 @@ fn parse_serve(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comma
     if let Some(max) = max_connections {
         config.max_connections = max;
     }
+    config.log = log.or(env_log);
     Ok(Command::Serve(config))
+}
+
+fn parse_doctor(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut project = None;
+    let mut requester = None;
+    let mut timeout = None;
+    let mut json = false;
+    while let Some(arg) = args.next()? {
+        let name = match arg {
+            Arg::Option(name) => name,
+            word => return word.unexpected("doctor"),
+        };
+        match name.as_str() {
+            "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--project" => once(&mut project, &name, args.utf8(&name)?)?,
+            "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
+            "--timeout" => once(&mut timeout, &name, args.seconds(&name)?)?,
+            "--json" => {
+                args.no_value()?;
+                if json {
+                    return error("option '--json' given more than once");
+                }
+                json = true;
+            }
+            "-h" | "--help" => return args.no_value().map(|()| Command::Help),
+            _ => return error(format!("unknown option '{}'", name)),
+        }
+    }
+    let mut config = doctor::Config::new(required_endpoint(endpoint)?);
+    config.handshake.project = project.unwrap_or_default();
+    config.handshake.requester = requester.unwrap_or_default();
+    if let Some(timeout) = timeout {
+        config.timeout = timeout;
+    }
+    Ok(Command::Doctor(Doctor { config, json }))
 }
 
 /// One step through the arguments.
@@ -260,6 +343,15 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
             Some(value) => Ok(value),
             None => Err(UsageError(format!("option '{}' needs a value", name))),
         }
+    }
+
+    /// A file path, which must not be empty (any OS path otherwise).
+    fn path(&mut self, name: &str) -> Result<PathBuf, UsageError> {
+        let value = self.value(name)?;
+        if value.is_empty() {
+            return Err(UsageError(format!("option '{}' must not be empty", name)));
+        }
+        Ok(PathBuf::from(value))
     }
 
     fn utf8(&mut self, name: &str) -> Result<String, UsageError> {
@@ -372,8 +464,10 @@ fn split_at_equals(arg: &OsStr) -> (OsString, Option<OsString>) {
 mod tests {
     use super::*;
 
+    /// Parses as if `MCP_BRIDGE_LOG` were not set, whatever the test's
+    /// own environment holds.
     fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
-        parse(args.iter().map(OsString::from))
+        parse_with_env(args.iter().map(OsString::from), None)
     }
 
     fn bridge(args: &[&str]) -> bridge::Config {
@@ -430,6 +524,16 @@ mod tests {
         (&["serve", "--endpoint", "/x", "--project", "p", "--", "cat"], "unknown option '--project'"),
         (&["serve", "--endpoint", "/x", "--endpoint", "/y", "--", "cat"], "option '--endpoint' given more than once"),
         (&["serve", "--endpoint=/x", "--max-connections=2", "--max-connections=2", "--", "cat"], "option '--max-connections' given more than once"),
+        (&["mcp-server", "--endpoint=/x", "--log"], "option '--log' needs a value"),
+        (&["mcp-server", "--endpoint=/x", "--log="], "option '--log' must not be empty"),
+        (&["mcp-server", "--endpoint=/x", "--log=a", "--log=b"], "option '--log' given more than once"),
+        (&["serve", "--endpoint=/x", "--log", "", "--", "cat"], "option '--log' must not be empty"),
+        (&["doctor"], "missing required option '--endpoint <PATH>'"),
+        (&["doctor", "--endpoint=/x", "--json=yes"], "unexpected value 'yes'"),
+        (&["doctor", "--endpoint=/x", "--json", "--json"], "option '--json' given more than once"),
+        (&["doctor", "--endpoint=/x", "--timeout=0"], "'--timeout' must be more than 0"),
+        (&["doctor", "--endpoint=/x", "--connect-timeout=1"], "unknown option '--connect-timeout'"),
+        (&["doctor", "--endpoint=/x", "now"], "unexpected argument 'now' for 'doctor'"),
     ];
 
     #[test]
@@ -522,7 +626,7 @@ mod tests {
         let mut inline = OsString::from("--endpoint=");
         inline.push(&path);
         for args in [vec!["--endpoint".into(), path.clone()], vec![inline]] {
-            match parse([vec![OsString::from("mcp-server")], args].concat()) {
+            match parse_with_env([vec![OsString::from("mcp-server")], args].concat(), None) {
                 Ok(Command::Bridge(c)) => {
                     assert_eq!(c.endpoint.as_os_str().as_bytes(), path.as_bytes())
                 }
@@ -536,7 +640,7 @@ mod tests {
             "--project".into(),
             bad,
         ];
-        let e = parse(args).unwrap_err();
+        let e = parse_with_env(args, None).unwrap_err();
         assert_eq!(
             e.to_string(),
             "the value of '--project' must be valid UTF-8"
@@ -569,16 +673,87 @@ mod tests {
         );
     }
 
+    /// The flag first, because Codex clears the environment of the servers
+    /// it spawns; the variable for CLIs that pass one.
+    #[test]
+    fn the_log_flag_wins_over_the_variable() {
+        let with_env = |args: &[&str], env: Option<&str>| {
+            parse_with_env(args.iter().map(OsString::from), env.map(OsString::from)).unwrap()
+        };
+        let bridge_log = |command| match command {
+            Command::Bridge(config) => config.log,
+            other => panic!("{:?}", other),
+        };
+        let serve_log = |command| match command {
+            Command::Serve(config) => config.log,
+            other => panic!("{:?}", other),
+        };
+        let flagged = ["mcp-server", "--endpoint=/x", "--log", "/tmp/flag.log"];
+        assert_eq!(
+            bridge_log(with_env(&flagged, Some("/tmp/env.log"))),
+            Some(PathBuf::from("/tmp/flag.log"))
+        );
+        let bare = ["mcp-server", "--endpoint=/x"];
+        assert_eq!(
+            bridge_log(with_env(&bare, Some("/tmp/env.log"))),
+            Some(PathBuf::from("/tmp/env.log"))
+        );
+        assert_eq!(bridge_log(with_env(&bare, Some(""))), None);
+        assert_eq!(bridge_log(with_env(&bare, None)), None);
+        let serve_args = ["serve", "--endpoint=/x", "--log=/tmp/s.log", "--", "cat"];
+        assert_eq!(
+            serve_log(with_env(&serve_args, Some("/tmp/env.log"))),
+            Some(PathBuf::from("/tmp/s.log"))
+        );
+        let serve_bare = ["serve", "--endpoint=/x", "--", "cat", "--log", "/y"];
+        assert_eq!(
+            serve_log(with_env(&serve_bare, Some("/tmp/env.log"))),
+            Some(PathBuf::from("/tmp/env.log")),
+            "a --log after '--' is the command's"
+        );
+    }
+
+    #[test]
+    fn doctor_options() {
+        #[rustfmt::skip]
+        let parsed = parse_strs(&["doctor", "--endpoint", "/s.sock", "--project=p", "--requester", "r", "--json", "--timeout", "2.5"]);
+        match parsed {
+            Ok(Command::Doctor(Doctor { config, json })) => {
+                assert_eq!(config.endpoint, PathBuf::from("/s.sock"));
+                assert_eq!(config.handshake.project, "p");
+                assert_eq!(config.handshake.requester, "r");
+                assert_eq!(config.timeout, Duration::from_millis(2500));
+                assert!(json);
+            }
+            other => panic!("{:?}", other),
+        }
+        match parse_strs(&["doctor", "--endpoint=/x"]) {
+            Ok(Command::Doctor(Doctor { config, json })) => {
+                assert_eq!(config, doctor::Config::new("/x"));
+                assert!(!json);
+            }
+            other => panic!("{:?}", other),
+        }
+    }
+
     #[test]
     fn usage_mentions_every_option_and_exit_code() {
         let text = usage();
         #[rustfmt::skip]
         let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user", "--no-reconnect", "--reconnect-timeout",
-            "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER"];
+            "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER",
+            "--log", "MCP_BRIDGE_LOG", "MCP_BRIDGE_LOG_MAX_BYTES", "doctor", "--json", "--timeout"];
         for needle in needles {
             assert!(text.contains(needle), "usage lacks {}", needle);
         }
-        for placeholder in ["{VERSION}", "{TIMEOUT}", "{MAX}", "{RECONNECT}"] {
+        for placeholder in [
+            "{VERSION}",
+            "{TIMEOUT}",
+            "{MAX}",
+            "{RECONNECT}",
+            "{DOCTOR_TIMEOUT}",
+            "{LOG_MAX}",
+        ] {
             assert!(!text.contains(placeholder), "{} left unfilled", placeholder);
         }
     }

@@ -63,6 +63,7 @@ mod forward;
 pub mod app_server;
 pub mod bridge;
 pub mod diag;
+pub mod doctor;
 pub mod endpoint;
 #[allow(dead_code)] // until the relay uses it (issue 11)
 mod envelope;
@@ -77,6 +78,7 @@ mod readiness;
 pub mod relay;
 pub mod serve;
 pub mod stdio;
+pub mod traffic_log;
 mod wait;
 
 /// One line for an error and every cause behind it, joined by `": "`: what

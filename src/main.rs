@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use cli::Command;
 use mcp_bridge::bridge::{self, BridgeError};
-use mcp_bridge::serve;
+use mcp_bridge::{doctor, serve};
 
 /// Exit code for a command line that cannot be run.
 const USAGE: u8 = 2;
@@ -56,6 +56,15 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
         Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
         Command::Serve(config) => serve::run(&config).map_err(Into::into),
         Command::Demo => demo::run(&mut io::stdout()).map_err(Into::into),
+        Command::Doctor(cli::Doctor { config, json }) => {
+            let report = doctor::run(&config);
+            if json {
+                print(&format!("{:#}\n", report.to_json()))?;
+            } else {
+                print(&report.to_text())?;
+            }
+            report.error().map_or(Ok(()), |e| Err(e.into()))
+        }
     }
 }
 

@@ -82,6 +82,8 @@ pub struct Config {
     /// How long a restarting app is waited for before the session fails.
     /// Default: [`DEFAULT_RECONNECT_TIMEOUT`].
     pub reconnect_timeout: Duration,
+    /// Where to append the traffic log, if anywhere. Default: none.
+    pub log: Option<PathBuf>,
 }
 
 impl Config {
@@ -96,6 +98,7 @@ impl Config {
             trusted_server: None,
             reconnect: true,
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+            log: None,
         }
     }
 }

@@ -56,6 +56,14 @@
 //!
 //! [`diag`]: crate::diag
 //! [`host::Connection::refuse`]: crate::host::Connection::refuse
+//!
+//! # The traffic log
+//!
+//! With [`Config::log`], every message each connection carries is recorded
+//! (see [`traffic_log`](crate::traffic_log)), both ways, with the
+//! connection's number (`conn=N`), and so is each line serve writes on
+//! stderr, plus the start and each connection accepted. The relay knows
+//! nothing of it: its streams are wrapped in [`TapRead`]s.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -76,6 +84,7 @@ use crate::handshake::Handshake;
 use crate::host::{BindError, Connection, Listener};
 use crate::process::{self, GroupChild};
 use crate::relay::{self, Ending};
+use crate::traffic_log::{Direction, LogOptions, TapRead, TrafficLog};
 use crate::wait;
 
 #[cfg(unix)]
@@ -111,6 +120,9 @@ pub struct Config {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Where to append the traffic log, if anywhere (see the [module
+    /// docs](self)). Default: none.
+    pub log: Option<PathBuf>,
 }
 
 impl Config {
@@ -126,6 +138,7 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
+            log: None,
         }
     }
 }
@@ -214,7 +227,7 @@ pub fn run(config: &Config) -> Result<(), ServeError> {
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
     let result = smol::block_on(serve(config, async move {
         let name = signals.next().await;
-        log(format_args!("{} received: shutting down", name));
+        log(None, format_args!("{} received: shutting down", name));
     }));
     diag::flush(LOG_FLUSH_LIMIT);
     result
@@ -238,13 +251,39 @@ pub async fn serve(
         program: config.program.clone(),
         source,
     })?;
+    let traffic = config
+        .log
+        .as_deref()
+        .and_then(|path| TrafficLog::open_or_warn(path, LogOptions::from_env()));
+    if let Some(traffic) = &traffic {
+        traffic.start();
+    }
+    let result = accept_until_stopped(config, &traffic, stop).await;
+    if let Some(traffic) = &traffic {
+        match &result {
+            Ok(()) => traffic.exit(0, &"stopped"),
+            Err(e) => traffic.exit(1, &crate::error_chain(e)),
+        }
+    }
+    result
+}
+
+/// [`serve`] once its log is open.
+async fn accept_until_stopped(
+    config: &Config,
+    traffic: &Option<TrafficLog>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
     let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
-    log(format_args!(
-        "serving {} on '{}' (at most {} connections)",
-        command_line(config),
-        config.endpoint.display(),
-        config.max_connections
-    ));
+    log(
+        traffic.as_ref(),
+        format_args!(
+            "serving {} on '{}' (at most {} connections)",
+            command_line(config),
+            config.endpoint.display(),
+            config.max_connections
+        ),
+    );
     let config = Arc::new(config.clone());
     // Dropping `stop_children` tells every connection to stop; `finished`
     // fires once every connection task has dropped its `Slot`.
@@ -267,12 +306,19 @@ pub async fn serve(
         };
         next_id += 1;
         let label = Label::new(next_id, &connection.handshake);
+        let traffic = traffic.as_ref().map(|t| t.for_connection(next_id));
+        if let Some(traffic) = &traffic {
+            traffic.event(format_args!("{}: accepted", label));
+        }
         let open = active.load(Ordering::SeqCst);
         if open >= config.max_connections {
-            log(format_args!(
-                "{}: refused, {} connections already open (the limit is {})",
-                label, open, config.max_connections
-            ));
+            log(
+                traffic.as_ref(),
+                format_args!(
+                    "{}: refused, {} connections already open (the limit is {})",
+                    label, open, config.max_connections
+                ),
+            );
             let reason = format!(
                 "mcp-bridge serve is busy (connection limit: {}); try again later",
                 config.max_connections
@@ -290,7 +336,7 @@ pub async fn serve(
         let stop = stop_child.clone();
         smol::spawn(async move {
             let _slot = slot;
-            serve_connection(connection, label, &config, stop).await;
+            serve_connection(connection, label, &config, traffic, stop).await;
         })
         .detach();
     };
@@ -300,7 +346,10 @@ pub async fn serve(
     drop(listener);
     let open = active.load(Ordering::SeqCst);
     if open > 0 {
-        log(format_args!("stopping {} running command(s)", open));
+        log(
+            traffic.as_ref(),
+            format_args!("stopping {} running command(s)", open),
+        );
     }
     drop(stop_children);
     drop(running);
@@ -363,14 +412,19 @@ async fn serve_connection(
     connection: Connection,
     label: Label,
     config: &Config,
+    traffic: Option<TrafficLog>,
     stop: wait::Stopped,
 ) {
+    let traffic = traffic.as_ref();
     if let Some(field) = unpassable_field(&connection.handshake) {
-        log(format_args!(
-            "{}: refused, its {} contains a NUL byte, which cannot be passed to \
-             the command's environment",
-            label, field
-        ));
+        log(
+            traffic,
+            format_args!(
+                "{}: refused, its {} contains a NUL byte, which cannot be passed to \
+                 the command's environment",
+                label, field
+            ),
+        );
         let reason = format!(
             "mcp-bridge serve cannot pass this {} to its MCP server: it contains a NUL byte",
             field
@@ -381,12 +435,10 @@ async fn serve_connection(
     let (mut child, stdin, stdout, stderr) = match start_child(&connection.handshake, config) {
         Ok(started) => started,
         Err(e) => {
-            log(format_args!(
-                "{}: cannot start {}: {}",
-                label,
-                command_line(config),
-                e
-            ));
+            log(
+                traffic,
+                format_args!("{}: cannot start {}: {}", label, command_line(config), e),
+            );
             let reason = format!(
                 "mcp-bridge serve cannot start its MCP server {}: {}",
                 command_line(config),
@@ -396,21 +448,27 @@ async fn serve_connection(
             return;
         }
     };
-    log(format_args!("{}: started pid {}", label, child.id()));
+    log(
+        traffic,
+        format_args!("{}: started pid {}", label, child.id()),
+    );
     let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
-    let outcome = relay_until_end(connection, &child, stdin, stdout, stop).await;
+    let outcome = relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
     let status = child.shutdown(process::SHUTDOWN_GRACE).await;
     // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
     wait::timeout(STDERR_SETTLE, copying).await;
     match status {
-        Ok(status) => log(format_args!(
-            "{}: ended ({}); command {}",
-            label, outcome, status
-        )),
-        Err(e) => log(format_args!(
-            "{}: ended ({}); stopping the command failed: {}",
-            label, outcome, e
-        )),
+        Ok(status) => log(
+            traffic,
+            format_args!("{}: ended ({}); command {}", label, outcome, status),
+        ),
+        Err(e) => log(
+            traffic,
+            format_args!(
+                "{}: ended ({}); stopping the command failed: {}",
+                label, outcome, e
+            ),
+        ),
     }
 }
 
@@ -459,20 +517,28 @@ fn start_child(
 /// reads the socket between writes to the child, so a child that stopped
 /// reading its stdin would keep it (and this connection's slot) forever
 /// after the bridge has gone.
+///
+/// With a traffic log, what is read from each side is tapped on its way
+/// through: the bridge's connection is the CLI's side, the command the
+/// app's.
 async fn relay_until_end(
     connection: Connection,
     child: &GroupChild,
     stdin: ChildStdin,
     stdout: ChildStdout,
+    traffic: Option<&TrafficLog>,
     stop: wait::Stopped,
 ) -> Outcome {
     let hangup = connection.reader.hangup();
+    let tap = |direction| traffic.map(|t| t.tap(direction));
+    let from_bridge = TapRead::new(connection.reader, tap(Direction::CliToApp));
+    let from_command = TapRead::new(stdout, tap(Direction::AppToCli));
     let relayed = async {
         Outcome::Relayed(
             relay::relay(
-                connection.reader,
+                from_bridge,
                 connection.writer,
-                stdout,
+                from_command,
                 stdin,
                 DRAIN_GRACE,
             )
@@ -594,9 +660,13 @@ fn command_line(config: &Config) -> String {
     line
 }
 
-/// Writes one diagnostic line on stderr, without waiting for it.
-fn log(message: fmt::Arguments<'_>) {
+/// Writes one diagnostic line on stderr, without waiting for it, and the
+/// same line to the traffic log as an event.
+fn log(traffic: Option<&TrafficLog>, message: fmt::Arguments<'_>) {
     diag::log(message);
+    if let Some(traffic) = traffic {
+        traffic.event(message);
+    }
 }
 
 #[cfg(test)]

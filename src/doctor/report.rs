@@ -1,0 +1,288 @@
+//! What the checks found, as text for a person and as one JSON document
+//! for an installer; both carry the same facts.
+
+use std::fmt::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::Snippets;
+
+/// How a step (or a budget) came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Done, nothing to say.
+    Passed,
+    /// Done, but something is fragile or unsafe (see the step's warnings).
+    Warning,
+    /// Failed: the checks stopped here, as a CLI would.
+    Failed,
+    /// Not run: the server does not declare it, or an earlier step failed.
+    Skipped,
+}
+
+impl Status {
+    /// The word in the text report's first column.
+    fn column(self) -> &'static str {
+        match self {
+            Status::Passed => "ok",
+            Status::Warning => "warn",
+            Status::Failed => "FAIL",
+            Status::Skipped => "skip",
+        }
+    }
+
+    /// The value in the JSON document.
+    fn json(self) -> &'static str {
+        match self {
+            Status::Passed => "ok",
+            Status::Warning => "warning",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// One step of the check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// `endpoint`, `connect`, `server user`, `handshake`, `initialize`,
+    /// `initialized`, `tools/list`, `prompts/list`, `resources/list`,
+    /// `close`, `start-up budget`.
+    pub name: &'static str,
+    /// How it came out; [`Status::Warning`] when it has warnings.
+    pub status: Status,
+    /// How long it took, for steps that wait on something.
+    pub elapsed: Option<Duration>,
+    /// What was found, or (for a failed step) the diagnostic, in the words
+    /// the bridge would use.
+    pub detail: String,
+    /// What works but should be fixed.
+    pub warnings: Vec<String>,
+}
+
+impl Step {
+    pub(super) fn new(name: &'static str, elapsed: Option<Duration>, detail: String) -> Step {
+        Step {
+            name,
+            status: Status::Passed,
+            elapsed,
+            detail,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub(super) fn failed(mut self) -> Step {
+        self.status = Status::Failed;
+        self
+    }
+
+    pub(super) fn skipped(name: &'static str, why: &str) -> Step {
+        let mut step = Step::new(name, None, why.to_string());
+        step.status = Status::Skipped;
+        step
+    }
+
+    pub(super) fn warn(mut self, warning: String) -> Step {
+        self.warnings.push(warning);
+        if self.status == Status::Passed {
+            self.status = Status::Warning;
+        }
+        self
+    }
+}
+
+/// What the server said about itself in its `initialize` result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `protocolVersion`.
+    pub protocol_version: String,
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`.
+    pub version: String,
+    /// `capabilities`, as sent.
+    pub capabilities: Value,
+}
+
+/// The start-up time against one CLI's budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The CLI, as its users call it.
+    pub cli: &'static str,
+    /// How long it waits for a server to start.
+    pub limit: Duration,
+    /// How long this one took, from connecting to its tool list.
+    pub used: Duration,
+    /// [`Status::Warning`] past half the limit, [`Status::Failed`] past it.
+    pub status: Status,
+}
+
+/// Everything the checks found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Report {
+    /// The endpoint checked.
+    pub endpoint: PathBuf,
+    /// The steps run, in order; the check stops at the first failure.
+    pub steps: Vec<Step>,
+    /// From `initialize`, once it answered.
+    pub server: Option<ServerInfo>,
+    /// The tool names, when listed.
+    pub tools: Option<Vec<String>>,
+    /// The prompt names, when the server declares prompts.
+    pub prompts: Option<Vec<String>>,
+    /// The resource names (or URIs), when the server declares resources.
+    pub resources: Option<Vec<String>>,
+    /// The start-up time against each CLI's budget, once known.
+    pub budgets: Vec<Budget>,
+    /// What to paste into each CLI's configuration.
+    pub snippets: Snippets,
+}
+
+/// A check that failed: which step, and the bridge's words for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoctorError {
+    step: &'static str,
+    detail: String,
+}
+
+impl fmt::Display for DoctorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the '{}' check failed: {}", self.step, self.detail)
+    }
+}
+
+impl std::error::Error for DoctorError {}
+
+impl Report {
+    /// Whether every step passed (warnings allowed).
+    pub fn passed(&self) -> bool {
+        self.failure().is_none()
+    }
+
+    /// The step that failed, if one did.
+    pub fn failure(&self) -> Option<&Step> {
+        self.steps.iter().find(|s| s.status == Status::Failed)
+    }
+
+    /// The failure as an error, for a caller that reports errors (the
+    /// binary's exit 1 and its stderr line).
+    pub fn error(&self) -> Option<DoctorError> {
+        self.failure().map(|step| DoctorError {
+            step: step.name,
+            detail: step.detail.clone(),
+        })
+    }
+
+    fn warning_count(&self) -> usize {
+        self.steps.iter().map(|s| s.warnings.len()).sum()
+    }
+
+    /// The report for a person: one line per step, its warnings below it,
+    /// the verdict, then the configuration to paste.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "mcp-bridge doctor {}: checking '{}'\n",
+            env!("CARGO_PKG_VERSION"),
+            self.endpoint.display()
+        );
+        for step in &self.steps {
+            let took = step.elapsed.map_or(String::new(), millis);
+            let _ = writeln!(
+                out,
+                "  {:<4}  {:<15} {:>9}  {}",
+                step.status.column(),
+                step.name,
+                took,
+                step.detail
+            );
+            for warning in &step.warnings {
+                let _ = writeln!(out, "{:35}warning: {}", "", warning);
+            }
+        }
+        out.push('\n');
+        let warnings = match self.warning_count() {
+            0 => String::new(),
+            1 => ", with 1 warning".to_string(),
+            n => format!(", with {} warnings", n),
+        };
+        match self.error() {
+            Some(e) => {
+                let _ = writeln!(out, "FAILED: {}", e);
+            }
+            None => {
+                let _ = writeln!(out, "All checks passed{}.", warnings);
+            }
+        }
+        out.push('\n');
+        out.push_str(&self.snippets.to_text());
+        out
+    }
+
+    /// The report for a program: one JSON document with the same facts.
+    pub fn to_json(&self) -> Value {
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "status": s.status.json(),
+                    "ms": s.elapsed.map(ms),
+                    "detail": s.detail,
+                    "warnings": s.warnings,
+                })
+            })
+            .collect();
+        let budgets: Vec<Value> = self
+            .budgets
+            .iter()
+            .map(|b| {
+                json!({
+                    "cli": b.cli,
+                    "limit_ms": ms(b.limit),
+                    "used_ms": ms(b.used),
+                    "status": b.status.json(),
+                })
+            })
+            .collect();
+        let server = self.server.as_ref().map(|s| {
+            json!({
+                "protocolVersion": s.protocol_version,
+                "name": s.name,
+                "version": s.version,
+                "capabilities": s.capabilities,
+            })
+        });
+        let failure = self.failure();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "endpoint": self.endpoint.to_string_lossy(),
+            "passed": failure.is_none(),
+            "failed_step": failure.map(|s| s.name),
+            "error": failure.map(|s| s.detail.as_str()),
+            "warnings": self.warning_count(),
+            "steps": steps,
+            "server": server,
+            "tools": self.tools,
+            "prompts": self.prompts,
+            "resources": self.resources,
+            "budgets": budgets,
+            "config": self.snippets.to_json(),
+        })
+    }
+}
+
+/// Milliseconds with three decimals (microseconds), for the JSON document.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Milliseconds as the text report shows them.
+fn millis(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
