@@ -40,14 +40,16 @@ enum Manner {
 /// An MCP-shaped app listening at a socket.
 struct App {
     accepting: Task<()>,
+    connections: Arc<Mutex<Vec<Task<()>>>>,
 }
 
 impl App {
     fn start(socket: &Path, seen: &Shared, manner: Manner) -> App {
         let listener = Listener::bind(socket).unwrap();
         let seen = seen.clone();
+        let connections = Arc::new(Mutex::new(Vec::new()));
+        let tasks = connections.clone();
         let accepting = smol::spawn(async move {
-            let mut connections = Vec::new();
             while let Ok(connection) = listener.accept().await {
                 let number = {
                     let mut seen = seen.lock().unwrap();
@@ -56,7 +58,7 @@ impl App {
                     seen.connections.len() - 1
                 };
                 let seen = seen.clone();
-                connections.push(smol::spawn(async move {
+                tasks.lock().unwrap().push(smol::spawn(async move {
                     let mut writer = connection.writer;
                     match manner {
                         Manner::HangUp => return,
@@ -81,13 +83,20 @@ impl App {
                 }));
             }
         });
-        App { accepting }
+        App {
+            accepting,
+            connections,
+        }
     }
 
     /// Stops the app as an exit would: the socket is removed and every
     /// connection closed by the time this returns.
     async fn stop(self) {
         self.accepting.cancel().await;
+        let connections = std::mem::take(&mut *self.connections.lock().unwrap());
+        for connection in connections {
+            connection.cancel().await;
+        }
     }
 }
 
@@ -455,5 +464,53 @@ fn a_refusing_app_is_reported_not_retried() {
             assert!(stderr.contains(reason), "{}", stderr);
         });
         assert_eq!(seen.lock().unwrap().connections.len(), 1);
+    }
+}
+
+/// `--log` records both directions of the bridge's session and what its
+/// survival logic did (connects, the resumed handshake, the reconnect, its
+/// own lines, the exit), one line per record, and nothing of it reaches
+/// stdout.
+#[test]
+fn the_log_records_the_session_and_the_restart() {
+    let (dir, socket, seen) = setup("log");
+    let log = dir.0.join("traffic.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    smol::block_on(async {
+        let app = App::start(&socket, &seen, Manner::Serve);
+        let mut bridge = Bridge::spawn(&socket, &["--log", &log_arg]);
+        bridge.send(INITIALIZE).await;
+        assert_eq!(bridge.json().await["id"], 1);
+        app.stop().await;
+        let _app = App::start(&socket, &seen, Manner::Serve);
+        bridge.send(&call(2, "logged")).await;
+        loop {
+            if bridge.json().await["id"] == 2 {
+                break;
+            }
+        }
+        let (code, _) = bridge.finish().await;
+        assert_eq!(code, Some(0));
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    for needle in [
+        "start mcp-bridge",
+        "connect attempt=1",
+        "handshake sent",
+        "cli->app request id=1 method=initialize",
+        "app->cli response id=1",
+        "the app hung up",
+        "reconnect attempt=2",
+        "\"resumed\":true",
+        "bridge->cli {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}",
+        "cli->app request id=2 method=tools/call",
+        "exit code=0",
+    ] {
+        assert!(
+            text.contains(needle),
+            "the log lacks {:?}:\n{}",
+            needle,
+            text
+        );
     }
 }

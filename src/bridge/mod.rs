@@ -23,6 +23,7 @@ use crate::endpoint::{ConnectError, ServerUser};
 use crate::handshake::Handshake;
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio;
+use crate::traffic_log::{LogOptions, TrafficLog};
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
@@ -212,14 +213,28 @@ pub fn run(config: &Config) -> Result<Ending, BridgeError> {
     let stdin = stdio::stdin().map_err(BridgeError::Stdio)?;
     let stdout = stdio::stdout().map_err(BridgeError::Stdio)?;
     let hangups = stdio::watch_hangups();
-    smol::block_on(async {
-        let session = session::run(config, stdin, stdout, Some(&hangups));
+    let log = config
+        .log
+        .as_ref()
+        .and_then(|path| TrafficLog::open_or_warn(path, LogOptions::from_env()));
+    if let Some(log) = &log {
+        log.start();
+    }
+    let ended = smol::block_on(async {
+        let session = session::run(config, stdin, stdout, Some(&hangups), log.as_ref());
         let gone = async {
             hangups.output_gone().await;
             Ok(Ending::ClientGone)
         };
         future::or(gone, session).await
-    })
+    });
+    if let Some(log) = &log {
+        match &ended {
+            Ok(ending) => log.exit(0, &format_args!("{:?}", ending)),
+            Err(e) => log.exit(1, &crate::error_chain(e)),
+        }
+    }
+    ended
 }
 
 /// Runs one client's session between the given client streams and the app
@@ -236,5 +251,5 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    session::run(config, client_in, client_out, None).await
+    session::run(config, client_in, client_out, None, None).await
 }

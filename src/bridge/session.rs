@@ -37,6 +37,7 @@ use crate::endpoint::{self, Reader, Writer};
 use crate::envelope::{self, Envelope, Kind, Scanner};
 use crate::relay::{self, Ending, BUFFER_SIZE};
 use crate::stdio::Hangups;
+use crate::traffic_log::{Direction, LineTap, TrafficLog};
 use crate::wait;
 
 /// The JSON-RPC error code of every response the bridge writes itself:
@@ -79,6 +80,7 @@ pub(super) async fn run<R, W>(
     stdin: R,
     stdout: W,
     hangups: Option<&Hangups>,
+    log: Option<&TrafficLog>,
 ) -> Result<Ending, BridgeError>
 where
     R: AsyncRead + Unpin,
@@ -100,6 +102,10 @@ where
         stdout,
         pending: Vec::new(),
         restarts: 0,
+        log,
+        up_tap: log.map(|log| log.tap(Direction::CliToApp)),
+        down_tap: log.map(|log| log.tap(Direction::AppToCli)),
+        attempts: 0,
     };
     session.run(hangups).await
 }
@@ -112,6 +118,13 @@ struct Session<'a, R, W> {
     pending: Vec<Vec<u8>>,
     /// How many times the app closed the connection and was reconnected to.
     restarts: u32,
+    /// The traffic log, if one was asked for, and a line tap per direction
+    /// (whole session, so lines cut by a reconnect stay one record).
+    log: Option<&'a TrafficLog>,
+    up_tap: Option<LineTap>,
+    down_tap: Option<LineTap>,
+    /// Connection attempts so far (each connect that waits counts once).
+    attempts: u32,
 }
 
 /// The client's side of the session while offline: stdin, read line by
@@ -298,6 +311,15 @@ where
             self.client.line = LineFate::Interrupted;
         }
         let deadline = Instant::now() + budget;
+        self.attempts += 1;
+        let (attempt, log) = (self.attempts, self.log);
+        if let Some(log) = log {
+            if resumed {
+                log.reconnect(attempt, Duration::ZERO, &"the app closed the connection");
+            }
+            log.connect_attempt(attempt, &config.endpoint);
+        }
+        let started = Instant::now();
         let connecting = async {
             let (reader, mut writer) = if config.reconnect {
                 endpoint::connect_when_ready(&config.endpoint, budget).await
@@ -309,6 +331,9 @@ where
                 .map_err(BridgeError::Connect)?;
             let mut handshake = config.handshake.clone();
             handshake.resumed = resumed;
+            if let Some(log) = log {
+                log.handshake_sent(&handshake.to_line());
+            }
             send(&mut writer, &handshake.to_line())
                 .await
                 .map_err(|source| BridgeError::Handshake {
@@ -318,9 +343,15 @@ where
             Ok((reader, writer))
         };
         let connected = match self.client.hold_while(connecting).await? {
-            Some(result) => result?,
+            Some(result) => result,
             None => return Ok(None),
         };
+        if let Some(log) = log {
+            let outcome = connected.as_ref().map(drop);
+            let outcome = outcome.map_err(|e| e as &(dyn std::error::Error + 'static));
+            log.connect_outcome(attempt, started.elapsed(), outcome);
+        }
+        let connected = connected?;
         let (mut reader, mut writer) = connected;
         let mut notices = Vec::new();
         let mut leftover = Vec::new();
@@ -346,12 +377,20 @@ where
                         .resume_failed("stdin closed while the session was being resumed".into()))
                 }
             };
+            if let Some(log) = log {
+                log.event(format_args!(
+                    "replayed the session (initialize and what followed it)"
+                ));
+            }
             notices = list_changed_notifications(&resumed);
             leftover = resumed.leftover;
         }
         // What the client sent meanwhile, in order.
         let held = std::mem::take(&mut self.client.held);
         self.client.line_start = 0;
+        if let Some(tap) = self.up_tap.as_mut() {
+            tap.feed(&held);
+        }
         send(&mut writer, &held)
             .await
             .map_err(|source| BridgeError::Handshake {
@@ -383,6 +422,7 @@ where
         hangups: Option<&Hangups>,
     ) -> Result<Online, BridgeError> {
         let client = &mut self.client;
+        let (up_tap, down_tap) = (&mut self.up_tap, &mut self.down_tap);
         let pending = std::cell::RefCell::new(std::mem::take(&mut self.pending));
         let mut down = Scanner::new();
         // Already forwarded, and part of the stream the scanner follows.
@@ -390,6 +430,9 @@ where
         let mut heard = leftover.len() as u64;
         let mut refusal: Option<String> = None;
         let up = |chunk: &[u8]| {
+            if let Some(tap) = up_tap.as_mut() {
+                tap.feed(chunk);
+            }
             let replay = &mut client.replay;
             client.up.feed(chunk, |envelope| {
                 if envelope.kind == Kind::Request {
@@ -402,6 +445,9 @@ where
         };
         let mut lines = 0u64;
         let down_watch = |chunk: &[u8]| {
+            if let Some(tap) = down_tap.as_mut() {
+                tap.feed(chunk);
+            }
             heard += chunk.len() as u64;
             down.feed(chunk, |envelope| {
                 lines += 1;
@@ -450,6 +496,13 @@ where
             .map_err(BridgeError::Relay)?;
         self.pending = pending.into_inner();
         let interrupted = down.mid_line();
+        if let Some(log) = self.log {
+            match ending {
+                Ending::ServerClosed => log.app_hung_up(),
+                Ending::ClientClosed { .. } => log.stdin_eof(),
+                Ending::ClientGone => log.event(format_args!("stdout's reader went away")),
+            }
+        }
         match ending {
             Ending::ServerClosed if heard == 0 && self.restarts == 0 => Ok(Online::Refused(None)),
             Ending::ServerClosed if refusal.is_some() && self.restarts == 0 => {
@@ -520,6 +573,14 @@ where
     async fn write_out(&mut self, bytes: &[u8]) -> Result<(), BridgeError> {
         if bytes.is_empty() {
             return Ok(());
+        }
+        if let Some(log) = self.log {
+            for line in bytes.split_inclusive(|&b| b == b'\n') {
+                log.event(format_args!(
+                    "bridge->cli {}",
+                    String::from_utf8_lossy(line).trim_end()
+                ));
+            }
         }
         send(&mut self.stdout, bytes).await.map_err(|source| {
             BridgeError::Relay(relay::RelayError {
