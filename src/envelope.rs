@@ -913,7 +913,7 @@ fn identify(level: Level, raw: &[u8], buffer: &mut Capture) -> Member {
 /// Whether a key or method (a few bytes) has a `\`. A loop rather than
 /// `contains`, which calls memchr: that call, made for every key, was 5% of
 /// the time spent scanning small messages.
-#[allow(clippy::manual_contains)]
+#[allow(unknown_lints, clippy::manual_contains)]
 fn has_backslash(bytes: &[u8]) -> bool {
     bytes.iter().any(|&b| b == b'\\')
 }

@@ -7,6 +7,7 @@
 //!
 //! [`ConnectError`]: crate::endpoint::ConnectError
 
+use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -599,7 +600,8 @@ fn describe_names(names: &[String], noun: &str) -> String {
         text.push_str(": ");
         text.push_str(&shown.join(", "));
         if names.len() > SHOWN_NAMES {
-            text.push_str(&format!(" and {} more", names.len() - SHOWN_NAMES));
+            // Writing to a String cannot fail.
+            let _ = write!(text, " and {} more", names.len() - SHOWN_NAMES);
         }
     }
     text
