@@ -1,11 +1,18 @@
-//! `mcp-bridge mcp-server`: connect, identify, relay.
+//! `mcp-bridge mcp-server`: connect, check, identify, relay, and survive
+//! the app.
 //!
-//! This is the whole job an MCP CLI spawns us for, with no business logic:
-//! the bridge never parses the JSON-RPC it carries. It connects to the app's
-//! endpoint within a bounded time, writes the [`handshake`](crate::handshake)
-//! line, and hands both byte streams to the [`relay`]. stdout
-//! carries relayed bytes only, so every diagnostic is returned as a
-//! [`BridgeError`] for the caller to print on stderr.
+//! This is the job an MCP CLI spawns us for, with no business logic: the
+//! bridge connects to the app's endpoint (waiting, boundedly, for an app
+//! that is starting), checks that the app runs as our user
+//! ([`endpoint::verify_server`](crate::endpoint::verify_server)), writes the
+//! [`handshake`](crate::handshake) line, and hands both byte streams to the
+//! [`relay`](crate::relay), which forwards every byte unchanged and at once.
+//! It reads each message's JSON-RPC envelope as it passes (never changing a
+//! byte) so that when the app cannot be reached, refuses, or restarts, the
+//! client is told why in the protocol and the session is carried over:
+//! `session.rs` has the whole story. stdout carries relayed bytes and those
+//! whole-line error responses only; every diagnostic is a [`BridgeError`]
+//! for the caller to print on stderr.
 
 use std::fmt;
 use std::io;
@@ -72,7 +79,8 @@ pub struct Config {
     pub drain_grace: Duration,
     /// A user besides our own (and root, on Unix) whose server is trusted
     /// at the endpoint, for an app that serves from another account on
-    /// purpose. Default: none. See [`endpoint::verify_server`].
+    /// purpose. Default: none. See
+    /// [`endpoint::verify_server`](crate::endpoint::verify_server).
     pub trusted_server: Option<ServerUser>,
     /// Whether the session survives the app: wait for an app that is not
     /// there yet, answer requests with errors when it cannot be reached or

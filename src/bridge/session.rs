@@ -42,7 +42,7 @@ use crate::wait;
 
 /// The JSON-RPC error code of every response the bridge writes itself:
 /// the first of the "server error" range JSON-RPC reserves for the
-/// implementation, which MCP CLIs show as "MCP error -32000: <message>".
+/// implementation, which MCP CLIs show as `MCP error -32000: <message>`.
 pub const ERROR_CODE: i64 = -32000;
 
 /// Most bytes of client messages held while the app is away. A client
@@ -369,7 +369,7 @@ where
                 Some(Some(Ok(resumed))) => resumed,
                 Some(Some(Err(why))) => return Err(self.resume_failed(why)),
                 Some(None) => {
-                    let why = format!("the app did not take the session back within {:?}", budget);
+                    let why = format!("the replayed session got no answer within {:?}", budget);
                     return Err(self.resume_failed(why));
                 }
                 None => {
