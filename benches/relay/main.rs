@@ -11,6 +11,8 @@
 //!
 //! `MCP_BRIDGE_BENCH_QUICK=1` runs one short round (a smoke test, not
 //! figures to quote); `MCP_BRIDGE_BENCH_ROUNDS=N` sets the number of rounds;
+//! `MCP_BRIDGE_BENCH_ARGS="--log /tmp/bench.log"` passes more options to the
+//! bridge (here: the traffic log on).
 //! `MCP_BRIDGE_BENCH_ONLY=latency,pipes` (any of latency, spawn, hangup, flow,
 //! pipes, socketpairs) runs only the named scenarios and stdio modes;
 //! `MCP_BRIDGE_BENCH_BRIDGE=<path>` measures another build of the bridge.

@@ -54,7 +54,16 @@ pub fn command(tool: Tool, endpoint: &Path) -> Command {
                 PROJECT,
                 "--requester",
                 REQUESTER,
+                // The hang-up scenario times the exit when the host hangs
+                // up; a surviving bridge reconnects instead, by design. The
+                // relayed path (relay and envelope scanning) is the same
+                // with or without it.
+                "--no-reconnect",
             ]);
+            // More options for one run, e.g. `--log /tmp/bench.log`.
+            if let Ok(extra) = std::env::var("MCP_BRIDGE_BENCH_ARGS") {
+                c.args(extra.split_whitespace());
+            }
             c
         }
         Tool::Socat => {
