@@ -2,10 +2,12 @@
 //! standing in for an app-server.
 #![cfg(unix)]
 
-use std::future::Future;
+mod support;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{is_running, stops_running, within};
 
 use futures_lite::future;
 use futures_lite::io::Cursor;
@@ -42,18 +44,9 @@ fn spawn_client(script: &str) -> AppServerClient {
         .expect("sh should spawn")
 }
 
-/// `work`'s output; fails the test instead of hanging it.
-async fn guarded<T>(what: &str, work: impl Future<Output = T>) -> T {
-    let expire = async {
-        smol::Timer::after(GENEROUS).await;
-        panic!("{} did not finish within {:?}", what, GENEROUS)
-    };
-    future::or(work, expire).await
-}
-
 /// The next message from the child; fails the test instead of hanging it.
 async fn next_incoming(incoming: &Inbox) -> Incoming {
-    guarded("receiving", async {
+    within("receiving", async {
         incoming.recv().await.expect("incoming closed")
     })
     .await
@@ -61,7 +54,7 @@ async fn next_incoming(incoming: &Inbox) -> Incoming {
 
 /// Whether the incoming queue closes (after yielding nothing more) in good time.
 async fn closes(incoming: &Inbox) -> bool {
-    guarded("closing", async { incoming.recv().await.is_err() }).await
+    within("closing", async { incoming.recv().await.is_err() }).await
 }
 
 fn assert_reaped(pid: u32) {
@@ -72,31 +65,6 @@ fn assert_reaped(pid: u32) {
         "pid {:?} still exists (zombie or running)",
         pid
     );
-}
-
-/// Whether `pid` is still running: gone, or a zombie its new parent has yet to reap,
-/// both count as stopped.
-fn is_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{}/stat", pid)) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => Pid::from_raw(pid as i32).map_or(false, |pid| test_kill_process(pid).is_ok()),
-    }
-}
-
-/// Waits until `pid` has stopped running; fails the test if it never does.
-async fn stops_running(pid: u32) {
-    guarded("a helper stopping", async {
-        while is_running(pid) {
-            smol::Timer::after(Duration::from_millis(20)).await;
-        }
-    })
-    .await
 }
 
 /// This process's resident memory in KiB: `VmRSS` (now) or `VmHWM` (its peak).
@@ -759,10 +727,10 @@ fn writes_to_a_child_that_never_reads_give_up_after_the_timeout() {
 
         let theirs = RequestId::from(7);
 
-        let request = guarded("the request", client.request("big", json!([big]))).await;
-        let notify = guarded("notify", client.notify("initialized", Value::Null)).await;
-        let respond = guarded("respond", client.respond(&theirs, Value::Null)).await;
-        let refuse = guarded(
+        let request = within("the request", client.request("big", json!([big]))).await;
+        let notify = within("notify", client.notify("initialized", Value::Null)).await;
+        let respond = within("respond", client.respond(&theirs, Value::Null)).await;
+        let refuse = within(
             "respond_error",
             client.respond_error(&theirs, 1, "no", None),
         )

@@ -2,12 +2,13 @@
 //! shutdown sequence, against real processes (`cat`, `sleep`, `sh` scripts).
 #![cfg(unix)]
 
-use std::future::Future;
+mod support;
+
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::{is_running, stops_running, within};
 
-use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, BufReader};
 use futures_lite::StreamExt;
 use mcp_bridge::process::{self, spawn_group, GroupChild};
@@ -25,48 +26,14 @@ fn sh(script: &str) -> Command {
     command
 }
 
-/// `work`'s output; fails the test instead of hanging it.
-async fn guarded<T>(what: &str, work: impl Future<Output = T>) -> T {
-    let expire = async {
-        smol::Timer::after(GENEROUS).await;
-        panic!("{} did not finish within {:?}", what, GENEROUS)
-    };
-    future::or(work, expire).await
-}
-
 /// The first line the child writes to stdout (a pid, or "ready").
 async fn first_line(child: &mut GroupChild) -> String {
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
-    guarded("the first line", lines.next())
+    within("the first line", lines.next())
         .await
         .expect("a line")
         .expect("readable")
-}
-
-/// Whether `pid` is still running: gone, or a zombie its new parent has yet to reap,
-/// both count as stopped.
-fn is_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{}/stat", pid)) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => Pid::from_raw(pid as i32).map_or(false, |pid| test_kill_process(pid).is_ok()),
-    }
-}
-
-/// Waits until `pid` has stopped running; fails the test if it never does.
-async fn stops_running(pid: u32) {
-    guarded("a helper stopping", async {
-        while is_running(pid) {
-            smol::Timer::after(Duration::from_millis(20)).await;
-        }
-    })
-    .await
 }
 
 /// Our own child is reaped: its pid is gone, not even a zombie.
@@ -87,7 +54,7 @@ fn a_child_that_exits_at_end_of_input_is_stopped_by_closing_stdin() {
         let mut child = spawn_group(Command::new("cat")).unwrap();
         let pid = child.id();
 
-        let status = guarded("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
 
         assert!(status.success(), "{:?}", status);
         assert_reaped(pid);
@@ -103,7 +70,7 @@ fn a_child_that_ignores_end_of_input_gets_sigterm() {
         let mut child = spawn_group(command).unwrap();
         let pid = child.id();
 
-        let status = guarded("shutdown", child.shutdown(SHORT_GRACE))
+        let status = within("shutdown", child.shutdown(SHORT_GRACE))
             .await
             .unwrap();
 
@@ -122,7 +89,7 @@ fn a_child_that_ignores_sigterm_is_killed() {
         // The trap is in place once the child says so.
         assert_eq!(first_line(&mut child).await, "ready");
 
-        let status = guarded("shutdown", child.shutdown(SHORT_GRACE))
+        let status = within("shutdown", child.shutdown(SHORT_GRACE))
             .await
             .unwrap();
 
@@ -141,7 +108,7 @@ fn a_helper_that_ignores_sigterm_is_killed_with_the_group() {
         let pid = child.id();
         let helper: u32 = first_line(&mut child).await.parse().unwrap();
 
-        let status = guarded("shutdown", child.shutdown(SHORT_GRACE))
+        let status = within("shutdown", child.shutdown(SHORT_GRACE))
             .await
             .unwrap();
 
@@ -158,10 +125,10 @@ fn a_helper_left_running_by_an_exited_child_is_stopped() {
     smol::block_on(async {
         let mut child = spawn_group(sh("sleep 100 & echo $!")).unwrap();
         let helper: u32 = first_line(&mut child).await.parse().unwrap();
-        guarded("the exit", child.exited()).await.unwrap();
+        within("the exit", child.exited()).await.unwrap();
         assert!(is_running(helper), "the helper outlives the child");
 
-        let status = guarded("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
 
         assert!(status.success(), "{:?}", status);
         stops_running(helper).await;
@@ -189,11 +156,11 @@ fn many_waiters_and_a_shutdown_all_see_the_exit() {
         let mut child = spawn_group(sh("read -r line; exit 4")).unwrap();
         let waiters: Vec<_> = (0..3).map(|_| smol::spawn(child.exited())).collect();
 
-        let status = guarded("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
 
         assert_eq!(status.code(), Some(4));
         for waiter in waiters {
-            assert_eq!(guarded("a waiter", waiter).await.unwrap().code(), Some(4));
+            assert_eq!(within("a waiter", waiter).await.unwrap().code(), Some(4));
         }
     })
 }
@@ -212,14 +179,14 @@ fn shutdown_signals_the_group_of_a_child_spawned_elsewhere_that_leads_one() {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
-        let helper: u32 = guarded("the pid", lines.next())
+        let helper: u32 = within("the pid", lines.next())
             .await
             .unwrap()
             .unwrap()
             .parse()
             .unwrap();
 
-        let status = guarded("shutdown", process::shutdown(&mut child, SHORT_GRACE))
+        let status = within("shutdown", process::shutdown(&mut child, SHORT_GRACE))
             .await
             .unwrap();
 

@@ -880,14 +880,6 @@ fn a_command_s_helpers_are_stopped_with_it() {
     });
     // Its parent gone, the helper is reaped by whoever adopted it (or left
     // a zombie where nothing reaps): either way it has stopped running.
-    let stopped = || !alive(helper) || zombie(helper);
+    let stopped = || !support::is_running(helper as u32);
     serve.wait_until(&format!("helper {} to be stopped", helper), stopped);
-}
-
-fn zombie(pid: i32) -> bool {
-    let stat = fs::read_to_string(format!("/proc/{}/stat", pid)).unwrap_or_default();
-    // The state follows the command name, which is in parentheses.
-    stat.rsplit(')')
-        .next()
-        .map_or(false, |rest| rest.trim_start().starts_with('Z'))
 }

@@ -135,3 +135,30 @@ pub fn assert_hung_up_after_connecting(status: std::process::ExitStatus, stderr:
         stderr
     );
 }
+
+/// Whether `pid` is still running: gone, or a zombie its new parent has yet
+/// to reap, both count as stopped.
+pub fn is_running(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{}/stat", pid)) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => rustix::process::Pid::from_raw(pid as i32)
+            .map_or(false, |pid| rustix::process::test_kill_process(pid).is_ok()),
+    }
+}
+
+/// Waits until `pid` has stopped running; fails the test if it never does
+/// within [`HANG_GUARD`](super::HANG_GUARD).
+pub async fn stops_running(pid: u32) {
+    super::within("a process to stop", async {
+        while is_running(pid) {
+            async_io::Timer::after(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
