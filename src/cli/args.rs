@@ -1,0 +1,200 @@
+//! A lexopt-shaped scanner of command-line arguments: it tells options
+//! (`-x`, `--name`, `--name=value`) from words, hands out an option's value
+//! on request (inline after `=`, or the next argument, which may start with
+//! a dash), and turns the usual mistakes into one-line [`UsageError`]s. It
+//! knows no option names: each subcommand's loop in `mod.rs` has one arm
+//! per option, so an option can never be parsed by another's code.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_bridge::endpoint::ServerUser;
+
+use super::{error, Command, UsageError, MAX_MAX_CONNECTIONS, MAX_SECONDS};
+
+/// One step through the arguments.
+pub(super) enum Arg {
+    /// `-x`, `--name`, or the name of `--name=value` (whose value is kept
+    /// for [`Parser::value`]).
+    Option(String),
+    /// Anything else: a subcommand, a positional argument, `-` or `--`.
+    Word(OsString),
+}
+
+impl Arg {
+    pub(super) fn unexpected(self, command: &str) -> Result<Command, UsageError> {
+        match self {
+            Arg::Option(name) => error(format!("unknown option '{}'", name)),
+            Arg::Word(word) => error(format!(
+                "unexpected argument '{}' for '{}'",
+                word.to_string_lossy(),
+                command
+            )),
+        }
+    }
+}
+
+pub(super) struct Parser<I> {
+    args: I,
+    /// The value of a `--name=value` just returned, until taken.
+    inline: Option<OsString>,
+}
+
+impl<I: Iterator<Item = OsString>> Parser<I> {
+    /// A scanner over `args` (the program name already taken off).
+    pub(super) fn new(args: I) -> Parser<I> {
+        Parser { args, inline: None }
+    }
+
+    pub(super) fn next(&mut self) -> Result<Option<Arg>, UsageError> {
+        // A `--name=value` whose option took no value.
+        self.no_value()?;
+        let arg = match self.args.next() {
+            Some(arg) => arg,
+            None => return Ok(None),
+        };
+        let (name, inline) = split_at_equals(&arg);
+        let name = match name.to_str() {
+            Some(name) if name.starts_with('-') && name != "-" && name != "--" => name.to_owned(),
+            _ => return Ok(Some(Arg::Word(arg))),
+        };
+        self.inline = inline;
+        Ok(Some(Arg::Option(name)))
+    }
+
+    /// Refuses a value given inline to an option that takes none
+    /// (`--help=yes`), which would otherwise be silently ignored.
+    pub(super) fn no_value(&mut self) -> Result<(), UsageError> {
+        match self.inline.take() {
+            None => Ok(()),
+            Some(value) => Err(UsageError(format!(
+                "unexpected value '{}'",
+                value.to_string_lossy()
+            ))),
+        }
+    }
+
+    /// The value of option `name`: inline after `=`, or the next argument
+    /// (which may start with a dash).
+    pub(super) fn value(&mut self, name: &str) -> Result<OsString, UsageError> {
+        match self.inline.take().or_else(|| self.args.next()) {
+            Some(value) => Ok(value),
+            None => Err(UsageError(format!("option '{}' needs a value", name))),
+        }
+    }
+
+    /// A file path, which must not be empty (any OS path otherwise).
+    pub(super) fn path(&mut self, name: &str) -> Result<PathBuf, UsageError> {
+        let value = self.value(name)?;
+        if value.is_empty() {
+            return Err(UsageError(format!("option '{}' must not be empty", name)));
+        }
+        Ok(PathBuf::from(value))
+    }
+
+    pub(super) fn utf8(&mut self, name: &str) -> Result<String, UsageError> {
+        self.value(name)?
+            .into_string()
+            .map_err(|_| UsageError(format!("the value of '{}' must be valid UTF-8", name)))
+    }
+
+    /// A number of seconds, more than 0 and at most [`MAX_SECONDS`].
+    pub(super) fn seconds(&mut self, name: &str) -> Result<Duration, UsageError> {
+        let value = self.value(name)?;
+        let text = value.to_string_lossy();
+        let seconds: f64 = match text.trim().parse() {
+            Ok(seconds) => seconds,
+            Err(_) => {
+                return Err(UsageError(format!(
+                    "'{}' expects a number of seconds, got '{}'",
+                    name, text
+                )))
+            }
+        };
+        // `!(x > 0)` also rejects NaN.
+        if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
+            return Err(UsageError(format!(
+                "'{}' must be more than 0 and at most {} seconds, got '{}'",
+                name, MAX_SECONDS, text
+            )));
+        }
+        Ok(Duration::from_secs_f64(seconds))
+    }
+
+    /// A uid (Unix) or SID (Windows).
+    pub(super) fn server_user(&mut self, name: &str) -> Result<ServerUser, UsageError> {
+        let value = self.utf8(name)?;
+        value
+            .parse()
+            .map_err(|e| UsageError(format!("'{}': {}", name, e)))
+    }
+
+    /// A whole number from 1 to [`MAX_MAX_CONNECTIONS`].
+    pub(super) fn count(&mut self, name: &str) -> Result<usize, UsageError> {
+        let value = self.value(name)?;
+        let text = value.to_string_lossy();
+        match text.parse::<usize>() {
+            Ok(n) if (1..=MAX_MAX_CONNECTIONS).contains(&n) => Ok(n),
+            _ => Err(UsageError(format!(
+                "'{}' expects a whole number from 1 to {}, got '{}'",
+                name, MAX_MAX_CONNECTIONS, text
+            ))),
+        }
+    }
+
+    /// Everything not parsed yet, verbatim.
+    pub(super) fn rest(&mut self) -> impl Iterator<Item = OsString> + '_ {
+        &mut self.args
+    }
+}
+
+/// Stores an option's value, refusing a second one.
+pub(super) fn once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), UsageError> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(UsageError(format!(
+            "option '{}' given more than once",
+            name
+        ))),
+    }
+}
+
+pub(super) fn required_endpoint(endpoint: Option<OsString>) -> Result<PathBuf, UsageError> {
+    match endpoint {
+        Some(endpoint) if !endpoint.is_empty() => Ok(PathBuf::from(endpoint)),
+        Some(_) => Err(UsageError("option '--endpoint' must not be empty".into())),
+        None => Err(UsageError(
+            "missing required option '--endpoint <PATH>'".into(),
+        )),
+    }
+}
+
+/// Splits `--name=value` at the first `=`. Done on the platform's raw
+/// representation (`OsStr` has no `split_once`), so a non-UTF-8 value such
+/// as an endpoint path stays intact; the name before it is ASCII.
+#[cfg(unix)]
+fn split_at_equals(arg: &OsStr) -> (OsString, Option<OsString>) {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = arg.as_bytes();
+    match bytes.iter().position(|&b| b == b'=') {
+        Some(i) => (
+            OsString::from_vec(bytes[..i].to_vec()),
+            Some(OsString::from_vec(bytes[i + 1..].to_vec())),
+        ),
+        None => (arg.to_os_string(), None),
+    }
+}
+
+#[cfg(windows)]
+fn split_at_equals(arg: &OsStr) -> (OsString, Option<OsString>) {
+    use std::os::windows::ffi::{OsStrExt, OsStringExt};
+    let wide: Vec<u16> = arg.encode_wide().collect();
+    match wide.iter().position(|&c| c == u16::from(b'=')) {
+        Some(i) => (
+            OsString::from_wide(&wide[..i]),
+            Some(OsString::from_wide(&wide[i + 1..])),
+        ),
+        None => (arg.to_os_string(), None),
+    }
+}

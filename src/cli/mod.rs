@@ -1,0 +1,281 @@
+//! The command line, parsed into the library's own configuration types
+//! before anything runs.
+//!
+//! Hand-written instead of a parser crate: the grammar is a few options per
+//! subcommand, and every dependency is paid for by each app that bundles us.
+//! It is shaped like lexopt: one loop per subcommand with one explicit arm
+//! per option, and anything unknown falls into the last arm, so an option
+//! can never be parsed by another option's code. It handles what users
+//! expect of a real CLI: `--name value` and `--name=value`, values that
+//! start with a dash, non-UTF-8 endpoint paths, and one clear error line per
+//! mistake (the binary adds a pointer to `--help` and exits with code 2).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+mod args;
+
+use args::{once, required_endpoint, Arg, Parser};
+use mcp_bridge::{bridge, doctor, serve};
+
+/// Largest `--max-connections` accepted: beyond it, the process and file
+/// descriptor limits of any ordinary system run out first.
+const MAX_MAX_CONNECTIONS: usize = 100_000;
+
+/// Longest duration accepted in seconds (one day). Larger values are surely
+/// a typo, and would overflow the timer's `Instant` arithmetic.
+const MAX_SECONDS: f64 = 86_400.0;
+
+/// The variable that names the traffic log when `--log` is not given: for
+/// CLIs that pass an environment to the servers they spawn (Codex clears
+/// it, hence the flag).
+const LOG_ENV: &str = "MCP_BRIDGE_LOG";
+
+/// What the user asked for.
+#[derive(Debug)]
+pub enum Command {
+    /// Print the usage text on stdout.
+    Help,
+    /// Print the version line on stdout.
+    Version,
+    /// `mcp-server`: run the bridge, the job an MCP CLI spawns us for.
+    Bridge(bridge::Config),
+    /// `serve`: put a stdio MCP server behind an endpoint.
+    Serve(serve::Config),
+    /// `demo`: a self-contained demonstration session.
+    Demo,
+    /// `doctor`: check an endpoint as a CLI would use it.
+    Doctor(Doctor),
+}
+
+/// What `doctor` checks, and how it reports.
+#[derive(Debug)]
+pub struct Doctor {
+    /// The checks.
+    pub config: doctor::Config,
+    /// One JSON document on stdout instead of the text report.
+    pub json: bool,
+}
+
+/// A command line that cannot be run: one line naming the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn error(message: impl Into<String>) -> Result<Command, UsageError> {
+    Err(UsageError(message.into()))
+}
+
+/// The text printed by `--help`, kept in `usage.txt` where it reads as it
+/// prints; the defaults are filled in from the library's constants.
+pub fn usage() -> String {
+    include_str!("usage.txt")
+        .replace("{VERSION}", env!("CARGO_PKG_VERSION"))
+        .replace(
+            "{TIMEOUT}",
+            &bridge::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string(),
+        )
+        .replace("{MAX}", &serve::DEFAULT_MAX_CONNECTIONS.to_string())
+        .replace(
+            "{RECONNECT}",
+            &bridge::DEFAULT_RECONNECT_TIMEOUT.as_secs().to_string(),
+        )
+        .replace(
+            "{DOCTOR_TIMEOUT}",
+            &doctor::DEFAULT_TIMEOUT.as_secs().to_string(),
+        )
+        .replace(
+            "{LOG_MAX}",
+            &(mcp_bridge::traffic_log::DEFAULT_MAX_FILE_BYTES >> 20).to_string(),
+        )
+}
+
+/// The line printed by `--version`: version, git commit and target triple,
+/// the last two recorded by `build.rs`.
+pub fn version_line() -> String {
+    format!(
+        "mcp-bridge {} ({}, {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("MCP_BRIDGE_GIT_COMMIT"),
+        env!("MCP_BRIDGE_TARGET"),
+    )
+}
+
+/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`).
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
+    parse_with_env(args, std::env::var_os(LOG_ENV))
+}
+
+/// [`parse`], with the value of `MCP_BRIDGE_LOG` given rather than read.
+fn parse_with_env(
+    args: impl IntoIterator<Item = OsString>,
+    env_log: Option<OsString>,
+) -> Result<Command, UsageError> {
+    // The flag wins; an empty variable means no log.
+    let env_log = env_log.filter(|v| !v.is_empty()).map(PathBuf::from);
+    let mut args = Parser::new(args.into_iter());
+    match args.next()? {
+        None => error("no command given"),
+        Some(Arg::Option(name)) => match name.as_str() {
+            "-h" | "--help" => args.no_value().map(|()| Command::Help),
+            "-V" | "--version" => args.no_value().map(|()| Command::Version),
+            _ => error(format!("unknown option '{}'", name)),
+        },
+        Some(Arg::Word(word)) => match word.to_str() {
+            Some("help") => Ok(Command::Help),
+            Some("mcp-server") => parse_bridge(args, env_log),
+            Some("serve") => parse_serve(args, env_log),
+            Some("doctor") => parse_doctor(args),
+            Some("demo") => match args.next()? {
+                None => Ok(Command::Demo),
+                Some(arg) => arg.unexpected("demo"),
+            },
+            _ => error(format!(
+                "unknown command '{}' (expected mcp-server, serve, doctor, demo or help)",
+                word.to_string_lossy()
+            )),
+        },
+    }
+}
+
+fn parse_bridge(
+    mut args: Parser<impl Iterator<Item = OsString>>,
+    env_log: Option<PathBuf>,
+) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut project = None;
+    let mut requester = None;
+    let mut connect_timeout = None;
+    let mut trusted_server = None;
+    let mut reconnect_timeout = None;
+    let mut no_reconnect = None;
+    let mut log = None;
+    while let Some(arg) = args.next()? {
+        let name = match arg {
+            Arg::Option(name) => name,
+            word => return word.unexpected("mcp-server"),
+        };
+        match name.as_str() {
+            "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--project" => once(&mut project, &name, args.utf8(&name)?)?,
+            "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
+            "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
+            "--trust-server-user" => once(&mut trusted_server, &name, args.server_user(&name)?)?,
+            "--reconnect-timeout" => once(&mut reconnect_timeout, &name, args.seconds(&name)?)?,
+            "--no-reconnect" => once(&mut no_reconnect, &name, args.no_value()?)?,
+            "--log" => once(&mut log, &name, args.path(&name)?)?,
+            "-h" | "--help" => return args.no_value().map(|()| Command::Help),
+            _ => return error(format!("unknown option '{}'", name)),
+        }
+    }
+    let mut config = bridge::Config::new(required_endpoint(endpoint)?);
+    config.handshake.project = project.unwrap_or_default();
+    config.handshake.requester = requester.unwrap_or_default();
+    if let Some(timeout) = connect_timeout {
+        config.connect_timeout = timeout;
+    }
+    config.trusted_server = trusted_server;
+    config.reconnect = no_reconnect.is_none();
+    if let Some(timeout) = reconnect_timeout {
+        config.reconnect_timeout = timeout;
+    }
+    config.log = log.or(env_log);
+    Ok(Command::Bridge(config))
+}
+
+fn parse_serve(
+    mut args: Parser<impl Iterator<Item = OsString>>,
+    env_log: Option<PathBuf>,
+) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut max_connections = None;
+    let mut log = None;
+    let mut command = Vec::new();
+    while let Some(arg) = args.next()? {
+        let name = match arg {
+            Arg::Option(name) => name,
+            Arg::Word(word) if word == "--" => {
+                command.extend(args.rest());
+                break;
+            }
+            Arg::Word(word) => {
+                return error(format!(
+                    "unexpected argument '{}' for 'serve' (the command goes after '--')",
+                    word.to_string_lossy()
+                ))
+            }
+        };
+        match name.as_str() {
+            "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--max-connections" => once(&mut max_connections, &name, args.count(&name)?)?,
+            "--log" => once(&mut log, &name, args.path(&name)?)?,
+            "-h" | "--help" => return args.no_value().map(|()| Command::Help),
+            _ => return error(format!("unknown option '{}'", name)),
+        }
+    }
+    let endpoint = required_endpoint(endpoint)?;
+    let mut command = command.into_iter();
+    let program = match command.next() {
+        Some(program) if !program.is_empty() => program,
+        Some(_) => return error("the command after '--' must not be empty"),
+        None => {
+            return error(
+                "missing the command to serve: put it after '--', \
+                 e.g. 'serve --endpoint <PATH> -- my-mcp-server'",
+            )
+        }
+    };
+    let mut config = serve::Config::new(endpoint, program, command);
+    if let Some(max) = max_connections {
+        config.max_connections = max;
+    }
+    config.log = log.or(env_log);
+    Ok(Command::Serve(config))
+}
+
+fn parse_doctor(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Command, UsageError> {
+    let mut endpoint = None;
+    let mut project = None;
+    let mut requester = None;
+    let mut timeout = None;
+    let mut json = false;
+    while let Some(arg) = args.next()? {
+        let name = match arg {
+            Arg::Option(name) => name,
+            word => return word.unexpected("doctor"),
+        };
+        match name.as_str() {
+            "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--project" => once(&mut project, &name, args.utf8(&name)?)?,
+            "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
+            "--timeout" => once(&mut timeout, &name, args.seconds(&name)?)?,
+            "--json" => {
+                args.no_value()?;
+                if json {
+                    return error("option '--json' given more than once");
+                }
+                json = true;
+            }
+            "-h" | "--help" => return args.no_value().map(|()| Command::Help),
+            _ => return error(format!("unknown option '{}'", name)),
+        }
+    }
+    let mut config = doctor::Config::new(required_endpoint(endpoint)?);
+    config.handshake.project = project.unwrap_or_default();
+    config.handshake.requester = requester.unwrap_or_default();
+    if let Some(timeout) = timeout {
+        config.timeout = timeout;
+    }
+    Ok(Command::Doctor(Doctor { config, json }))
+}
+
+#[cfg(test)]
+mod tests;

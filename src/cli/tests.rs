@@ -1,0 +1,300 @@
+//! The command line's tests: every mistake in one table, and each
+//! option's parsing.
+
+use std::time::Duration;
+
+use super::*;
+
+/// Parses as if `MCP_BRIDGE_LOG` were not set, whatever the test's
+/// own environment holds.
+fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
+    parse_with_env(args.iter().map(OsString::from), None)
+}
+
+fn bridge(args: &[&str]) -> bridge::Config {
+    match parse_strs(&[&["mcp-server"], args].concat()) {
+        Ok(Command::Bridge(config)) => config,
+        other => panic!("expected mcp-server, got {:?}", other),
+    }
+}
+
+fn serve(args: &[&str]) -> serve::Config {
+    match parse_strs(&[&["serve"], args].concat()) {
+        Ok(Command::Serve(config)) => config,
+        other => panic!("expected serve, got {:?}", other),
+    }
+}
+
+/// Every mistake, and the start of the one line that names it.
+#[rustfmt::skip]
+const MISTAKES: &[(&[&str], &str)] = &[
+    (&[], "no command given"),
+    (&["serve-me"], "unknown command 'serve-me'"),
+    (&["--bogus"], "unknown option '--bogus'"),
+    (&["--help=yes"], "unexpected value 'yes'"),
+    (&["demo", "now"], "unexpected argument 'now' for 'demo'"),
+    (&["demo", "-x"], "unknown option '-x'"),
+    (&["mcp-server", "--project", "p"], "missing required option '--endpoint <PATH>'"),
+    (&["mcp-server", "--endpoint="], "option '--endpoint' must not be empty"),
+    (&["mcp-server", "--endpoint"], "option '--endpoint' needs a value"),
+    (&["mcp-server", "--endpoint=/x", "--project"], "option '--project' needs a value"),
+    (&["mcp-server", "--endpoint=/x", "--requester"], "option '--requester' needs a value"),
+    (&["mcp-server", "--endpoint=/x", "--connect-timeout"], "option '--connect-timeout' needs a value"),
+    (&["mcp-server", "--endpoint", "/x", "--bogus"], "unknown option '--bogus'"),
+    (&["mcp-server", "-x"], "unknown option '-x'"),
+    (&["mcp-server", "--endpoint", "/x", "--endpoint=/y"], "option '--endpoint' given more than once"),
+    (&["mcp-server", "--endpoint=/x", "--project=a", "--project", "a"], "option '--project' given more than once"),
+    (&["mcp-server", "--endpoint", "/x", "extra"], "unexpected argument 'extra' for 'mcp-server'"),
+    (&["mcp-server", "--", "--endpoint", "/x"], "unexpected argument '--' for 'mcp-server'"),
+    (&["mcp-server", "--help=yes"], "unexpected value 'yes'"),
+    (&["mcp-server", "--endpoint=/x", "--connect-timeout", "soon"], "'--connect-timeout' expects a number of seconds, got 'soon'"),
+    (&["mcp-server", "--endpoint=/x", "--connect-timeout=0"], "'--connect-timeout' must be more than 0 and at most 86400 seconds, got '0'"),
+    (&["mcp-server", "--endpoint=/x", "--trust-server-user"], "option '--trust-server-user' needs a value"),
+    (&["mcp-server", "--endpoint=/x", "--no-reconnect=yes"], "unexpected value 'yes'"),
+    (&["mcp-server", "--endpoint=/x", "--no-reconnect", "--no-reconnect"], "option '--no-reconnect' given more than once"),
+    (&["mcp-server", "--endpoint=/x", "--reconnect-timeout=-1"], "'--reconnect-timeout' must be more than 0"),
+    (&["mcp-server", "--endpoint=/x", "--trust-server-user=1", "--trust-server-user=2"], "option '--trust-server-user' given more than once"),
+    (&["serve", "--", "cat"], "missing required option '--endpoint <PATH>'"),
+    (&["serve", "--endpoint=", "--", "cat"], "option '--endpoint' must not be empty"),
+    (&["serve", "--endpoint", "/x"], "missing the command to serve"),
+    (&["serve", "--endpoint", "/x", "--"], "missing the command to serve"),
+    (&["serve", "--endpoint", "/x", "--", ""], "the command after '--' must not be empty"),
+    (&["serve", "--endpoint", "/x", "cat"], "unexpected argument 'cat' for 'serve' (the command goes after '--')"),
+    (&["serve", "--endpoint"], "option '--endpoint' needs a value"),
+    (&["serve", "--max-connections"], "option '--max-connections' needs a value"),
+    (&["serve", "--endpoint", "/x", "--project", "p", "--", "cat"], "unknown option '--project'"),
+    (&["serve", "--endpoint", "/x", "--endpoint", "/y", "--", "cat"], "option '--endpoint' given more than once"),
+    (&["serve", "--endpoint=/x", "--max-connections=2", "--max-connections=2", "--", "cat"], "option '--max-connections' given more than once"),
+    (&["mcp-server", "--endpoint=/x", "--log"], "option '--log' needs a value"),
+    (&["mcp-server", "--endpoint=/x", "--log="], "option '--log' must not be empty"),
+    (&["mcp-server", "--endpoint=/x", "--log=a", "--log=b"], "option '--log' given more than once"),
+    (&["serve", "--endpoint=/x", "--log", "", "--", "cat"], "option '--log' must not be empty"),
+    (&["doctor"], "missing required option '--endpoint <PATH>'"),
+    (&["doctor", "--endpoint=/x", "--json=yes"], "unexpected value 'yes'"),
+    (&["doctor", "--endpoint=/x", "--json", "--json"], "option '--json' given more than once"),
+    (&["doctor", "--endpoint=/x", "--timeout=0"], "'--timeout' must be more than 0"),
+    (&["doctor", "--endpoint=/x", "--connect-timeout=1"], "unknown option '--connect-timeout'"),
+    (&["doctor", "--endpoint=/x", "now"], "unexpected argument 'now' for 'doctor'"),
+];
+
+#[test]
+fn each_mistake_gets_its_own_message() {
+    for (args, expected) in MISTAKES {
+        match parse_strs(args) {
+            Err(e) => assert!(
+                e.to_string().starts_with(expected),
+                "{:?}: got '{}'",
+                args,
+                e
+            ),
+            Ok(command) => panic!("{:?}: expected an error, got {:?}", args, command),
+        }
+    }
+}
+
+#[test]
+#[rustfmt::skip]
+fn bad_numbers_name_their_option() {
+    for bad in ["soon", "", "1s", "-1", "0", "NaN", "inf", "1e12"] {
+        let e = parse_strs(&["mcp-server", "--endpoint=/x", "--connect-timeout", bad]).unwrap_err();
+        assert!(e.to_string().contains("'--connect-timeout'"), "{}: {}", bad, e);
+    }
+    for bad in ["0", "-1", "", "many", "1.5", "100001", "99999999999999999999999"] {
+        let e = parse_strs(&["serve", "--endpoint=/x", "--max-connections", bad, "--", "cat"]).unwrap_err();
+        assert!(e.to_string().contains("'--max-connections' expects"), "{}: {}", bad, e);
+    }
+}
+
+#[test]
+fn bridge_options_space_separated_or_inline() {
+    #[rustfmt::skip]
+    let spaced = bridge(&["--endpoint", "/tmp/x.sock", "--project", "p1", "--requester", "agent-7", "--connect-timeout", "2.5"]);
+    assert_eq!(spaced.endpoint, PathBuf::from("/tmp/x.sock"));
+    assert_eq!(spaced.handshake.project, "p1");
+    assert_eq!(spaced.handshake.requester, "agent-7");
+    assert_eq!(spaced.connect_timeout, Duration::from_millis(2500));
+
+    #[rustfmt::skip]
+    let inline = bridge(&["--endpoint=/tmp/x.sock", "--project=p=1", "--requester=", "--connect-timeout=3"]);
+    assert_eq!(inline.handshake.project, "p=1", "only the first '=' splits");
+    assert_eq!(inline.handshake.requester, "");
+    assert_eq!(inline.connect_timeout, Duration::from_secs(3));
+
+    #[cfg(unix)]
+    assert_eq!(
+        bridge(&["--endpoint=/x", "--trust-server-user", "1000"]).trusted_server,
+        Some("1000".parse().unwrap())
+    );
+    #[cfg(unix)]
+    assert!(
+        parse_strs(&["mcp-server", "--endpoint=/x", "--trust-server-user=bob"])
+            .unwrap_err()
+            .to_string()
+            .contains("not a uid")
+    );
+
+    let plain = bridge(&[
+        "--endpoint=/x",
+        "--no-reconnect",
+        "--reconnect-timeout",
+        "2",
+    ]);
+    assert!(!plain.reconnect);
+    assert_eq!(plain.reconnect_timeout, Duration::from_secs(2));
+    assert!(
+        bridge(&["--endpoint=/x"]).reconnect,
+        "survives the app by default"
+    );
+
+    let dashed = bridge(&["--endpoint", "/x", "--project", "-p"]);
+    assert_eq!(
+        dashed.handshake.project, "-p",
+        "a value may start with a dash"
+    );
+}
+
+#[test]
+fn bridge_defaults_come_from_the_library() {
+    let config = bridge(&["--endpoint", "/x"]);
+    assert_eq!(config, bridge::Config::new("/x"));
+}
+
+#[cfg(unix)]
+#[test]
+fn endpoint_may_be_non_utf8_but_ids_may_not() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let path = OsString::from_vec(b"/tmp/\xff\xfe.sock".to_vec());
+    let mut inline = OsString::from("--endpoint=");
+    inline.push(&path);
+    for args in [vec!["--endpoint".into(), path.clone()], vec![inline]] {
+        match parse_with_env([vec![OsString::from("mcp-server")], args].concat(), None) {
+            Ok(Command::Bridge(c)) => {
+                assert_eq!(c.endpoint.as_os_str().as_bytes(), path.as_bytes())
+            }
+            other => panic!("{:?}", other),
+        }
+    }
+    let bad = OsString::from_vec(b"\xff".to_vec());
+    let args = vec![
+        "mcp-server".into(),
+        "--endpoint=/x".into(),
+        "--project".into(),
+        bad,
+    ];
+    let e = parse_with_env(args, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the value of '--project' must be valid UTF-8"
+    );
+}
+
+#[test]
+#[rustfmt::skip]
+fn help_version_and_demo() {
+    for args in [&["-h"][..], &["--help"], &["help"], &["mcp-server", "--help"], &["serve", "-h"]] {
+        assert!(matches!(parse_strs(args), Ok(Command::Help)), "{:?}", args);
+    }
+    for args in [&["-V"][..], &["--version"]] {
+        assert!(matches!(parse_strs(args), Ok(Command::Version)), "{:?}", args);
+    }
+    assert!(matches!(parse_strs(&["demo"]), Ok(Command::Demo)));
+}
+
+#[test]
+fn serve_takes_everything_after_the_separator() {
+    #[rustfmt::skip]
+    let config = serve(&["--endpoint", "/s.sock", "--max-connections=3", "--", "srv", "--endpoint", "--", "-x"]);
+    assert_eq!(config.endpoint, PathBuf::from("/s.sock"));
+    assert_eq!(config.max_connections, 3);
+    assert_eq!(config.program, OsString::from("srv"));
+    assert_eq!(config.args, ["--endpoint", "--", "-x"]);
+    assert_eq!(
+        serve(&["--endpoint=/x", "--", "cat"]),
+        serve::Config::new("/x", "cat", [""; 0])
+    );
+}
+
+/// The flag first, because Codex clears the environment of the servers
+/// it spawns; the variable for CLIs that pass one.
+#[test]
+fn the_log_flag_wins_over_the_variable() {
+    let with_env = |args: &[&str], env: Option<&str>| {
+        parse_with_env(args.iter().map(OsString::from), env.map(OsString::from)).unwrap()
+    };
+    let bridge_log = |command| match command {
+        Command::Bridge(config) => config.log,
+        other => panic!("{:?}", other),
+    };
+    let serve_log = |command| match command {
+        Command::Serve(config) => config.log,
+        other => panic!("{:?}", other),
+    };
+    let flagged = ["mcp-server", "--endpoint=/x", "--log", "/tmp/flag.log"];
+    assert_eq!(
+        bridge_log(with_env(&flagged, Some("/tmp/env.log"))),
+        Some(PathBuf::from("/tmp/flag.log"))
+    );
+    let bare = ["mcp-server", "--endpoint=/x"];
+    assert_eq!(
+        bridge_log(with_env(&bare, Some("/tmp/env.log"))),
+        Some(PathBuf::from("/tmp/env.log"))
+    );
+    assert_eq!(bridge_log(with_env(&bare, Some(""))), None);
+    assert_eq!(bridge_log(with_env(&bare, None)), None);
+    let serve_args = ["serve", "--endpoint=/x", "--log=/tmp/s.log", "--", "cat"];
+    assert_eq!(
+        serve_log(with_env(&serve_args, Some("/tmp/env.log"))),
+        Some(PathBuf::from("/tmp/s.log"))
+    );
+    let serve_bare = ["serve", "--endpoint=/x", "--", "cat", "--log", "/y"];
+    assert_eq!(
+        serve_log(with_env(&serve_bare, Some("/tmp/env.log"))),
+        Some(PathBuf::from("/tmp/env.log")),
+        "a --log after '--' is the command's"
+    );
+}
+
+#[test]
+fn doctor_options() {
+    #[rustfmt::skip]
+    let parsed = parse_strs(&["doctor", "--endpoint", "/s.sock", "--project=p", "--requester", "r", "--json", "--timeout", "2.5"]);
+    match parsed {
+        Ok(Command::Doctor(Doctor { config, json })) => {
+            assert_eq!(config.endpoint, PathBuf::from("/s.sock"));
+            assert_eq!(config.handshake.project, "p");
+            assert_eq!(config.handshake.requester, "r");
+            assert_eq!(config.timeout, Duration::from_millis(2500));
+            assert!(json);
+        }
+        other => panic!("{:?}", other),
+    }
+    match parse_strs(&["doctor", "--endpoint=/x"]) {
+        Ok(Command::Doctor(Doctor { config, json })) => {
+            assert_eq!(config, doctor::Config::new("/x"));
+            assert!(!json);
+        }
+        other => panic!("{:?}", other),
+    }
+}
+
+#[test]
+fn usage_mentions_every_option_and_exit_code() {
+    let text = usage();
+    #[rustfmt::skip]
+    let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user", "--no-reconnect", "--reconnect-timeout",
+        "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER",
+        "--log", "MCP_BRIDGE_LOG", "MCP_BRIDGE_LOG_MAX_BYTES", "doctor", "--json", "--timeout"];
+    for needle in needles {
+        assert!(text.contains(needle), "usage lacks {}", needle);
+    }
+    for placeholder in [
+        "{VERSION}",
+        "{TIMEOUT}",
+        "{MAX}",
+        "{RECONNECT}",
+        "{DOCTOR_TIMEOUT}",
+        "{LOG_MAX}",
+    ] {
+        assert!(!text.contains(placeholder), "{} left unfilled", placeholder);
+    }
+}
