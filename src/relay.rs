@@ -502,12 +502,19 @@ mod tests {
             let (mut server_rx, server_out) = pipe();
             let expected_down = down.clone();
             let server = smol::spawn(async move {
+                // The writer half stays open until the client's EOF has
+                // arrived: closing it earlier would make "the server closed
+                // first" a race with "the client closed first".
+                let (sent, all_sent) = smol::channel::bounded::<()>(1);
                 let writer = smol::spawn(async move {
                     server_tx.write_all(&down).await.unwrap();
+                    drop(sent);
+                    server_tx
                 });
                 let mut got = Vec::new();
                 server_rx.read_to_end(&mut got).await.unwrap();
-                writer.await;
+                let _ = all_sent.recv().await;
+                drop(writer.await);
                 got
             });
             let ending = relay(
