@@ -379,7 +379,7 @@ impl Session<'_> {
         match wait::timeout(limit, self.reply(id, method)).await {
             Some(reply) => reply,
             None => Err(format!(
-                "no answer to {} within {:?}; the app is busy or hung (raise --timeout if it is just slow)",
+                "no answer to {} within {:?}; the app is busy or hung",
                 method, limit
             )),
         }
