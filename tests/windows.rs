@@ -60,7 +60,15 @@ struct Bridge {
 }
 
 impl Bridge {
+    /// The plain relay (`--no-reconnect`), whose endings most tests here
+    /// check; [`Bridge::surviving`] is the default bridge.
     fn spawn(pipe: &str, extra: &[&str]) -> Bridge {
+        let mut args = vec!["--no-reconnect"];
+        args.extend_from_slice(extra);
+        Bridge::surviving(pipe, &args)
+    }
+
+    fn surviving(pipe: &str, extra: &[&str]) -> Bridge {
         let mut child = Command::new(BIN)
             .args(["mcp-server", "--endpoint", pipe])
             .args(extra)
@@ -289,7 +297,14 @@ fn absent_pipe_fails_fast_naming_the_pipe() {
     let pipe = unique_pipe("absent");
     let started = Instant::now();
     let out = Command::new(BIN)
-        .args(["mcp-server", "--endpoint", &pipe, "--connect-timeout", "20"])
+        .args([
+            "mcp-server",
+            "--endpoint",
+            &pipe,
+            "--connect-timeout",
+            "20",
+            "--no-reconnect",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -305,7 +320,12 @@ fn absent_pipe_fails_fast_naming_the_pipe() {
 #[test]
 fn endpoint_that_is_not_a_pipe_is_refused() {
     let out = Command::new(BIN)
-        .args(["mcp-server", "--endpoint", r"C:\not-a-pipe"])
+        .args([
+            "mcp-server",
+            "--endpoint",
+            r"C:\not-a-pipe",
+            "--no-reconnect",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -780,4 +800,87 @@ fn serve_relays_through_a_child_both_ways() {
     let started = serve.wait_for_line("started pid");
     assert!(started.contains("agent-o"), "{}", started);
     serve.wait_for_line("ended");
+}
+
+/// The surviving bridge on named pipes: a pipe that does not exist yet is
+/// waited for, with the client's request held and delivered; when the app
+/// restarts (its listener dropped, the name bound again), the bridge
+/// reconnects with a resumed handshake, replays `initialize` under its own
+/// id, tells the client the tools changed, and relays again.
+#[test]
+fn a_late_pipe_and_a_restart_are_survived() {
+    let pipe = unique_pipe("survive");
+    let mut bridge = Bridge::surviving(&pipe, &["--connect-timeout", "20", "--project", "p"]);
+    run(async {
+        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        bridge.send(initialize).await;
+        let mut out = bridge.stdout_lines();
+
+        let listener = Listener::bind(&pipe).unwrap();
+        let connection = listener.accept().await.unwrap();
+        assert!(!connection.handshake.resumed);
+        let mut requests = BufReader::new(connection.reader).lines();
+        let mut replies = connection.writer;
+        assert_eq!(
+            requests.next().await.unwrap().unwrap(),
+            initialize,
+            "held, then delivered"
+        );
+        let result = r#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{}}}}"#;
+        replies
+            .write_all(format!("{}\n", result).as_bytes())
+            .await
+            .unwrap();
+        replies.flush().await.unwrap();
+        assert_eq!(out.next().await.unwrap().unwrap(), result);
+
+        // The app restarts.
+        drop((requests, replies, listener));
+        let listener = loop {
+            // The name is free a moment after the drop (see
+            // host_listener_does_not_join_a_live_pipe).
+            match Listener::bind(&pipe) {
+                Ok(listener) => break listener,
+                Err(_) => {
+                    Timer::after(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let connection = listener.accept().await.unwrap();
+        assert!(connection.handshake.resumed);
+        let mut requests = BufReader::new(connection.reader).lines();
+        let mut replies = connection.writer;
+        let replayed = requests.next().await.unwrap().unwrap();
+        assert!(
+            replayed.contains(r#""id":"mcp-bridge-replay-1""#),
+            "{}",
+            replayed
+        );
+        let result = r#"{"jsonrpc":"2.0","id":"mcp-bridge-replay-1","result":{"capabilities":{"tools":{}}}}"#;
+        replies
+            .write_all(format!("{}\n", result).as_bytes())
+            .await
+            .unwrap();
+        replies.flush().await.unwrap();
+        assert_eq!(
+            out.next().await.unwrap().unwrap(),
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+            "the replayed reply stays with the bridge"
+        );
+        let request = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+        let reply = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#;
+        round_trip(
+            &mut bridge,
+            &mut out,
+            &mut requests,
+            &mut replies,
+            request,
+            reply,
+        )
+        .await;
+        bridge.close_stdin().await;
+        drop((requests, replies));
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
 }

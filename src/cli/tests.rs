@@ -53,7 +53,6 @@ const MISTAKES: &[(&[&str], &str)] = &[
     (&["mcp-server", "--endpoint=/x", "--no-reconnect=yes"], "unexpected value 'yes'"),
     (&["mcp-server", "--endpoint=/x", "--no-reconnect", "--no-reconnect"], "option '--no-reconnect' given more than once"),
     (&["mcp-server", "--endpoint=/x", "--reconnect-timeout=-1"], "'--reconnect-timeout' must be more than 0"),
-    (&["mcp-server", "--endpoint=/x", "--trust-server-user=1", "--trust-server-user=2"], "option '--trust-server-user' given more than once"),
     (&["serve", "--", "cat"], "missing required option '--endpoint <PATH>'"),
     (&["serve", "--endpoint=", "--", "cat"], "option '--endpoint' must not be empty"),
     (&["serve", "--endpoint", "/x"], "missing the command to serve"),
@@ -144,6 +143,16 @@ fn bridge_options_space_separated_or_inline() {
     assert!(
         bridge(&["--endpoint=/x"]).reconnect,
         "survives the app by default"
+    );
+
+    #[cfg(unix)]
+    let user = "--trust-server-user=1";
+    #[cfg(windows)]
+    let user = "--trust-server-user=S-1-5-18";
+    let twice = parse_strs(&["mcp-server", "--endpoint=/x", user, user]).unwrap_err();
+    assert_eq!(
+        twice.to_string(),
+        "option '--trust-server-user' given more than once"
     );
 
     let dashed = bridge(&["--endpoint", "/x", "--project", "-p"]);
