@@ -8,22 +8,10 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use futures_lite::future;
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use mcp_bridge::host::{Connection, Listener};
 use smol::process::{Child, Command};
-use support::{TempDir, BIN};
-
-/// Only keeps a broken test from hanging the suite.
-const HANG_GUARD: Duration = Duration::from_secs(30);
-
-async fn within<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
-    future::or(work, async {
-        async_io::Timer::after(HANG_GUARD).await;
-        panic!("no {} within {:?}", what, HANG_GUARD)
-    })
-    .await
-}
+use support::{within, TempDir, BIN};
 
 fn bridge(socket: &std::path::Path, stdin: Stdio) -> Command {
     let mut command = Command::new(BIN);

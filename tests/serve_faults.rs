@@ -17,20 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use async_io::Timer;
-use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use futures_lite::StreamExt;
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
-use support::{TempDir, BIN};
-
-/// How long a test waits for something that should happen before calling it
-/// hung: only a guard against hanging the suite, generous because a loaded
-/// 2-core CI machine can starve freshly spawned processes for seconds.
-const HANG_GUARD: Duration = Duration::from_secs(30);
+use support::{within, TempDir, BIN, HANG_GUARD};
 
 /// How often a waiting test looks again at what it waits for.
 const POLL: Duration = Duration::from_millis(10);
@@ -256,7 +249,7 @@ impl Bridge {
 
     /// The next line, or `None` at the end of stdout.
     async fn line(&mut self) -> Option<String> {
-        within(HANG_GUARD, "a line from the bridge", self.stdout.next())
+        within("a line from the bridge", self.stdout.next())
             .await
             .map(|line| line.unwrap())
     }
@@ -265,14 +258,6 @@ impl Bridge {
         self.send(format!("{}\n", line).as_bytes()).await;
         self.line().await.expect("a reply before EOF")
     }
-}
-
-async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
-    future::or(f, async {
-        Timer::after(limit).await;
-        panic!("timed out after {:?} waiting for {}", limit, what)
-    })
-    .await
 }
 
 fn alive(pid: i32) -> bool {
@@ -386,7 +371,7 @@ fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
             let pid: i32 = bridge.line().await.unwrap().parse().unwrap();
             let mut request = vec![b'x'; SENT];
             request.push(b'\n');
-            within(HANG_GUARD, "the bulk write", bridge.send(&request)).await;
+            within("the bulk write", bridge.send(&request)).await;
             bridge.child.kill().unwrap();
             bridge.child.status().await.unwrap();
             pids.push(pid);
@@ -873,7 +858,7 @@ fn a_command_s_helpers_are_stopped_with_it() {
         let helper: i32 = bridge.line().await.unwrap().parse().unwrap();
         assert!(alive(helper));
         drop(bridge.stdin.take());
-        within(HANG_GUARD, "the bridge to exit", bridge.child.status())
+        within("the bridge to exit", bridge.child.status())
             .await
             .unwrap();
         helper

@@ -12,10 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{TempDir, BIN, NOBODY};
-
-/// Only keeps a broken test from hanging the suite.
-const HANG_GUARD: Duration = Duration::from_secs(30);
+use support::{TempDir, BIN, HANG_GUARD, NOBODY};
 
 /// The child's output once it exits; killed (and the test failed) if it
 /// has not exited within [`HANG_GUARD`].
