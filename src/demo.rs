@@ -118,8 +118,13 @@ fn echo_call(id: u64, text: &str) -> Value {
 }
 
 async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
-    let listener =
-        Listener::bind(socket).map_err(|e| fail(format!("cannot start the demo host: {}", e)))?;
+    let listener = Listener::bind(socket).map_err(|e| {
+        fail(format!(
+            "cannot start the demo host: {} ({})",
+            e,
+            e.io_error()
+        ))
+    })?;
     let (events_tx, events) = smol::channel::unbounded();
     let host = smol::spawn(host(listener, caught_by_restart()["id"].clone(), events_tx));
     let mut host_events = HostEvents(events);
@@ -247,7 +252,7 @@ async fn expect_replay(out: &mut dyn Write, host_events: &mut HostEvents) -> Res
     }
     say(
         out,
-        "       (the bridge's replay: its reply to the initialize is the bridge's, not forwarded)",
+        "       (replayed by the bridge: the host's reply to that initialize goes to the bridge, not to the cli)",
     );
     Ok(())
 }
@@ -765,5 +770,31 @@ mod tests {
         );
         let unknown = answer("{\"id\":9,\"method\":\"nope\"}").unwrap();
         assert_eq!(unknown["error"]["code"], -32601);
+    }
+
+    /// The restart steps are only worth showing if a bridge that gets them
+    /// wrong fails the demo: a reply instead of the error, an error that is
+    /// not the bridge's, another id, or a notice other than the tools one.
+    #[test]
+    fn restart_checks_refuse_what_the_bridge_must_not_write() {
+        let id = json!(4);
+        let error = r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"m"}}"#;
+        assert!(check_bridge_error(&id, error).is_ok());
+        for wrong in [
+            r#"{"jsonrpc":"2.0","id":4,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":"4","error":{"code":-32000,"message":"m"}}"#,
+            "not json",
+        ] {
+            assert!(check_bridge_error(&id, wrong).is_err(), "{}", wrong);
+        }
+        let notice = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        assert!(check_list_changed(notice).is_ok());
+        for wrong in [
+            r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","id":"mcp-bridge-replay-1","result":{}}"#,
+        ] {
+            assert!(check_list_changed(wrong).is_err(), "{}", wrong);
+        }
     }
 }
