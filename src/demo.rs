@@ -9,6 +9,14 @@
 //! `{command, args}` declaration would, then driving a short session through
 //! it. Every step is checked, so a broken install fails loudly instead of
 //! printing a plausible transcript.
+//!
+//! Halfway through, the host restarts as an app does for an update: it
+//! takes a request and, without answering it, drops its listener (the
+//! endpoint goes away) and the connection, then binds the endpoint again.
+//! The transcript shows what the bridge does about it: the error response
+//! for the request caught in flight, the resumed handshake, the client's
+//! `initialize` replayed to the new host, the `list_changed` notice to the
+//! CLI, and the CLI's next calls being answered by the new host.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -21,19 +29,32 @@ use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
-use smol::channel::Sender;
+use smol::channel::{Receiver, Sender};
 use smol::process::{ChildStdin, Command};
 
 use mcp_bridge::handshake::Handshake;
-use mcp_bridge::host::Listener;
+use mcp_bridge::host::{Connection, Listener};
 
-/// Upper bound on each step of the demo (one reply, the bridge's exit). A
-/// local round trip takes well under a millisecond; this only turns a broken
-/// bridge into a clear error instead of a hang.
+/// Upper bound on each step of the demo (one reply, the bridge's exit, the
+/// host binding its endpoint again). A local round trip takes well under a
+/// millisecond; this only turns a broken bridge into a clear error instead
+/// of a hang.
 const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the restarting host waits between attempts to bind its
+/// endpoint again while the old one is still in use: a Windows pipe lives
+/// until the bridge has closed its end of the old connection.
+const REBIND_PAUSE: Duration = Duration::from_millis(10);
 
 const PROJECT: &str = "demo-project";
 const REQUESTER: &str = "demo-agent";
+
+/// The id the bridge gives the `initialize` it replays to a restarted app
+/// (see `bridge::session`); the demo checks that the host received it.
+const REPLAYED_INITIALIZE_ID: &str = "mcp-bridge-replay-1";
+
+/// The code of the error responses the bridge writes itself.
+const BRIDGE_ERROR_CODE: i64 = -32000;
 
 /// Why the demo failed. The message says which step and what was seen.
 #[derive(Debug)]
@@ -62,8 +83,8 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
     smol::block_on(session(out, endpoint.path()))
 }
 
-/// The MCP messages the demo "CLI" sends, in order.
-fn script() -> Vec<Value> {
+/// What the demo "CLI" sends first: the start of a session and one call.
+fn opening() -> Vec<Value> {
     vec![
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18",
@@ -72,31 +93,56 @@ fn script() -> Vec<Value> {
         }}),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "echo", "arguments": {"text": "hello through the bridge"}
-        }}),
+        echo_call(3, "hello through the bridge"),
     ]
 }
 
+/// The request the host takes and restarts without answering.
+fn caught_by_restart() -> Value {
+    echo_call(4, "sent as the host restarts")
+}
+
+/// What the CLI sends once told the tool list changed: it asks for the
+/// list again, then calls the tool on the new host.
+fn after_restart() -> Vec<Value> {
+    vec![
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+        echo_call(6, "hello again, after the restart"),
+    ]
+}
+
+fn echo_call(id: u64, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "echo", "arguments": {"text": text}
+    }})
+}
+
 async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
-    let listener =
-        Listener::bind(socket).map_err(|e| fail(format!("cannot start the demo host: {}", e)))?;
-    let (handshake_tx, handshake_rx) = smol::channel::bounded(1);
-    let host = smol::spawn(serve_one(listener, handshake_tx));
+    let listener = Listener::bind(socket).map_err(|e| {
+        fail(format!(
+            "cannot start the demo host: {} ({})",
+            e,
+            e.io_error()
+        ))
+    })?;
+    let (events_tx, events) = smol::channel::unbounded();
+    let host = smol::spawn(host(listener, caught_by_restart()["id"].clone(), events_tx));
+    let mut host_events = HostEvents(events);
 
     let spawned = Instant::now();
     let mut bridge = Bridge::spawn(out, socket)?;
-    expect_handshake(out, handshake_rx).await?;
-    let first_reply = run_script(out, &mut bridge).await?;
+    host_events.expect_handshake(out, false).await?;
+    let first_reply = run_script(out, &mut bridge, &mut host_events, opening()).await?;
     let first_reply = first_reply.map_or(Duration::ZERO, |at| at - spawned);
+
+    restart(out, &mut bridge, &mut host_events).await?;
+    run_script(out, &mut bridge, &mut host_events, after_restart()).await?;
 
     say(out, "\ncli closes the bridge's stdin");
     let closed = Instant::now();
     let status = bridge.close().await?;
     let exit_took = closed.elapsed();
-    let served = within("the host to finish", host)
-        .await?
-        .map_err(io_fail("the demo host"))?;
+    let served = within("the host to finish", host).await??;
 
     let code = status.code().map_or_else(
         || "none (killed by a signal)".to_string(),
@@ -113,7 +159,7 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     say(
         out,
         format!(
-            "host answered {} requests; spawn to first reply {}; whole session {}",
+            "host answered {} requests over 2 connections (1 replayed by the bridge, 1 cut off by the restart); spawn to first reply {}; whole session {}",
             served,
             millis(first_reply),
             millis(spawned.elapsed())
@@ -123,6 +169,91 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
         return Err(fail(format!("the bridge exited with {}", status)));
     }
     say(out, "demo OK");
+    Ok(())
+}
+
+/// The host restarts with a request in flight; the bridge answers it with
+/// an error, reconnects, resumes the session and tells the CLI.
+async fn restart(
+    out: &mut dyn Write,
+    bridge: &mut Bridge,
+    host_events: &mut HostEvents,
+) -> Result<(), DemoError> {
+    say(
+        out,
+        "\nthe host restarts (as for an update) while the cli's next request is in flight",
+    );
+    let request = caught_by_restart();
+    let line = request.to_string();
+    say(out, format!("cli -> {}", line));
+    let sent = Instant::now();
+    send(&mut bridge.stdin, &line).await?;
+    host_events.expect_relayed(&line).await?;
+    say(
+        out,
+        "host   took it and restarts without answering: listener dropped (the endpoint goes away), connection closed",
+    );
+    let reply = bridge.reply().await?;
+    say(
+        out,
+        format!("cli <- {}   ({})", reply, millis(sent.elapsed())),
+    );
+    check_bridge_error(&request["id"], &reply)?;
+    let restarted = match host_events.next("the host to bind again").await? {
+        HostEvent::Restarted(at) => at,
+        other => {
+            return Err(fail(format!(
+                "expected the host to restart, got {:?}",
+                other
+            )))
+        }
+    };
+    say(out, "host   listens again on the same endpoint");
+    host_events.expect_handshake(out, true).await?;
+    say(
+        out,
+        format!(
+            "       (the bridge reconnected {} after the host was back)",
+            millis(restarted.elapsed())
+        ),
+    );
+    expect_replay(out, host_events).await?;
+    let notice = bridge.reply().await?;
+    say(out, format!("cli <- {}", notice));
+    check_list_changed(&notice)?;
+    say(
+        out,
+        "       (the bridge's own notice: the cli asks the new host what it offers)",
+    );
+    Ok(())
+}
+
+/// The host must receive the CLI's `initialize`, replayed under the
+/// bridge's own id, then its `notifications/initialized`.
+async fn expect_replay(out: &mut dyn Write, host_events: &mut HostEvents) -> Result<(), DemoError> {
+    let initialize = host_events.expect_line("the replayed initialize").await?;
+    say(out, format!("host   received replayed   {}", initialize));
+    let mut expected = opening()[0].clone();
+    expected["id"] = json!(REPLAYED_INITIALIZE_ID);
+    if initialize != expected {
+        return Err(fail(format!(
+            "expected the replayed initialize {}, the host received {}",
+            expected, initialize
+        )));
+    }
+    let initialized = host_events.expect_line("the replayed initialized").await?;
+    say(out, format!("host   received replayed   {}", initialized));
+    if initialized != opening()[1] {
+        return Err(fail(format!(
+            "expected the replayed {}, the host received {}",
+            opening()[1],
+            initialized
+        )));
+    }
+    say(
+        out,
+        "       (replayed by the bridge: the host's reply to that initialize goes to the bridge, not to the cli)",
+    );
     Ok(())
 }
 
@@ -174,7 +305,7 @@ impl Bridge {
         })
     }
 
-    /// The next line the bridge relays from the host.
+    /// The next line the bridge writes on its stdout.
     async fn reply(&mut self) -> Result<String, DemoError> {
         match within("a reply", self.stdout.next()).await? {
             Some(Ok(reply)) => Ok(reply),
@@ -196,43 +327,110 @@ impl Bridge {
     }
 }
 
-/// The host reports the handshake it received, which must be ours.
-async fn expect_handshake(
-    out: &mut dyn Write,
-    received: smol::channel::Receiver<Handshake>,
-) -> Result<(), DemoError> {
-    let handshake = within("the host receiving the handshake", async {
-        received
-            .recv()
-            .await
-            .map_err(|_| fail("the host stopped before the handshake"))
-    })
-    .await??;
-    say(
-        out,
-        format!(
-            "host   received handshake  {}",
-            String::from_utf8_lossy(&handshake.to_line()).trim_end()
-        ),
-    );
-    if handshake != Handshake::new(PROJECT, REQUESTER) {
-        return Err(fail(format!("unexpected handshake {:?}", handshake)));
-    }
-    Ok(())
+/// What the demo host reports, in the order it happens.
+#[derive(Debug)]
+enum HostEvent {
+    /// A bridge connected and sent this handshake.
+    Handshake(Handshake),
+    /// A line the host received (each one, whether it answers it or not).
+    Line(String),
+    /// The host dropped its listener and the connection, and bound the
+    /// endpoint again at this moment.
+    Restarted(Instant),
+    /// The host failed, for this reason, and stopped.
+    Failed(String),
 }
 
-/// Sends the script, checking each reply, and returns when the first reply
+/// The demo's view of its host: the events it reports, awaited in order.
+struct HostEvents(Receiver<HostEvent>);
+
+impl HostEvents {
+    /// The next event; a failed host is the demo's failure.
+    async fn next(&mut self, what: &str) -> Result<HostEvent, DemoError> {
+        let event = within(what, self.0.recv())
+            .await?
+            .map_err(|_| fail(format!("the host stopped before {}", what)))?;
+        match event {
+            HostEvent::Failed(why) => Err(fail(format!("the demo host failed: {}", why))),
+            event => Ok(event),
+        }
+    }
+
+    /// The next event must be `line`, received by the host byte for byte
+    /// as the CLI wrote it.
+    async fn expect_relayed(&mut self, line: &str) -> Result<(), DemoError> {
+        match self.next("the host receiving the request").await? {
+            HostEvent::Line(received) if received == line => Ok(()),
+            other => Err(fail(format!(
+                "expected the host to receive {}, it reported {:?}",
+                line, other
+            ))),
+        }
+    }
+
+    /// The next event must be a line the host received, a JSON value.
+    async fn expect_line(&mut self, what: &str) -> Result<Value, DemoError> {
+        match self.next(what).await? {
+            HostEvent::Line(line) => serde_json::from_str(&line).map_err(|e| {
+                fail(format!(
+                    "the host received a line that is not JSON ({}): {}",
+                    e, line
+                ))
+            }),
+            other => Err(fail(format!(
+                "expected {}, the host reported {:?}",
+                what, other
+            ))),
+        }
+    }
+
+    /// The next event must be our handshake: a fresh one, or, after the
+    /// restart, one that says the session is resumed.
+    async fn expect_handshake(
+        &mut self,
+        out: &mut dyn Write,
+        resumed: bool,
+    ) -> Result<(), DemoError> {
+        let handshake = match self.next("the host receiving the handshake").await? {
+            HostEvent::Handshake(handshake) => handshake,
+            other => {
+                return Err(fail(format!(
+                    "expected a handshake, the host reported {:?}",
+                    other
+                )))
+            }
+        };
+        say(
+            out,
+            format!(
+                "host   received handshake  {}",
+                String::from_utf8_lossy(&handshake.to_line()).trim_end()
+            ),
+        );
+        let mut expected = Handshake::new(PROJECT, REQUESTER);
+        expected.resumed = resumed;
+        if handshake != expected {
+            return Err(fail(format!("unexpected handshake {:?}", handshake)));
+        }
+        Ok(())
+    }
+}
+
+/// Sends `script`, checking each reply, and returns when the first reply
 /// arrived.
 async fn run_script(
     out: &mut dyn Write,
     bridge: &mut Bridge,
+    host_events: &mut HostEvents,
+    script: Vec<Value>,
 ) -> Result<Option<Instant>, DemoError> {
     let mut first_reply = None;
-    for message in script() {
+    for message in script {
         let line = message.to_string();
         say(out, format!("cli -> {}", line));
         let sent = Instant::now();
         send(&mut bridge.stdin, &line).await?;
+        host_events.expect_relayed(&line).await?;
         let id = match message.get("id") {
             Some(id) => id.clone(),
             None => {
@@ -254,9 +452,12 @@ async fn run_script(
     Ok(first_reply)
 }
 
+fn parse(reply: &str) -> Result<Value, DemoError> {
+    serde_json::from_str(reply).map_err(|e| fail(format!("reply is not JSON ({}): {}", e, reply)))
+}
+
 fn check_reply(id: &Value, reply: &str) -> Result<(), DemoError> {
-    let value: Value = serde_json::from_str(reply)
-        .map_err(|e| fail(format!("reply is not JSON ({}): {}", e, reply)))?;
+    let value = parse(reply)?;
     if value.get("id") != Some(id) {
         return Err(fail(format!(
             "expected a reply to id {}, got {}",
@@ -265,6 +466,29 @@ fn check_reply(id: &Value, reply: &str) -> Result<(), DemoError> {
     }
     if value.get("result").is_none() {
         return Err(fail(format!("expected a result, got {}", reply)));
+    }
+    Ok(())
+}
+
+/// `reply` must be the bridge's own error response to request `id`.
+fn check_bridge_error(id: &Value, reply: &str) -> Result<(), DemoError> {
+    let value = parse(reply)?;
+    if value.get("id") != Some(id) || value["error"]["code"] != BRIDGE_ERROR_CODE {
+        return Err(fail(format!(
+            "expected the bridge's error response ({}) to id {}, got {}",
+            BRIDGE_ERROR_CODE, id, reply
+        )));
+    }
+    Ok(())
+}
+
+/// `line` must be the notice that the tool list changed (and nothing else:
+/// the demo host declares no prompts or resources).
+fn check_list_changed(line: &str) -> Result<(), DemoError> {
+    let value = parse(line)?;
+    let expected = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    if value != expected {
+        return Err(fail(format!("expected {}, got {}", expected, line)));
     }
     Ok(())
 }
@@ -310,24 +534,108 @@ fn millis(d: Duration) -> String {
 }
 
 /// The demo's stand-in for the app: a tiny MCP server behind the real
-/// `host::Listener`. Accepts one bridge, reports its
-/// handshake, and answers until it hangs up. Returns how many requests it
-/// answered.
-async fn serve_one(listener: Listener, handshake_tx: Sender<Handshake>) -> io::Result<usize> {
-    let connection = listener.accept().await?;
-    let _ = handshake_tx.send(connection.handshake).await;
+/// `host::Listener`, reporting what happens on `events`. It serves one
+/// bridge until the request with id `restart_during` arrives, then
+/// restarts without answering it: drops its listener (the endpoint goes
+/// away) and the connection, binds the endpoint again and serves the next
+/// bridge until it hangs up. Returns how many requests it answered.
+async fn host(
+    listener: Listener,
+    restart_during: Value,
+    events: Sender<HostEvent>,
+) -> Result<usize, DemoError> {
+    let served = serve_across_restart(listener, &restart_during, &events).await;
+    if let Err(e) = &served {
+        let _ = events.send(HostEvent::Failed(e.to_string())).await;
+    }
+    served
+}
+
+async fn serve_across_restart(
+    listener: Listener,
+    restart_during: &Value,
+    events: &Sender<HostEvent>,
+) -> Result<usize, DemoError> {
+    let endpoint = listener.endpoint().to_path_buf();
+    let connection = listener.accept().await.map_err(io_fail("accepting"))?;
+    let before = serve_one(connection, Some((restart_during, listener)), events).await?;
+    let listener = bind_again(&endpoint).await?;
+    let _ = events.send(HostEvent::Restarted(Instant::now())).await;
+    let connection = listener
+        .accept()
+        .await
+        .map_err(io_fail("accepting after the restart"))?;
+    let after = serve_one(connection, None, events).await?;
+    Ok(before + after)
+}
+
+/// Serves one connection until the bridge hangs up, or, given `restart`,
+/// until the request with its id arrives: that one is left unanswered, and
+/// its listener dropped before the connection. Returns how many requests
+/// it answered.
+async fn serve_one(
+    connection: Connection,
+    restart: Option<(&Value, Listener)>,
+    events: &Sender<HostEvent>,
+) -> Result<usize, DemoError> {
+    let (restart_during, listener) = match restart {
+        Some((id, listener)) => (Some(id), Some(listener)),
+        None => (None, None),
+    };
+    let _ = events
+        .send(HostEvent::Handshake(connection.handshake))
+        .await;
     let mut writer = connection.writer;
     let mut lines = BufReader::new(connection.reader).lines();
     let mut answered = 0;
     while let Some(line) = lines.next().await {
-        if let Some(reply) = answer(&line?) {
+        let line = line.map_err(io_fail("reading from the bridge"))?;
+        let _ = events.send(HostEvent::Line(line.clone())).await;
+        let id = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(|request| request.get("id").cloned());
+        if restart_during.is_some() && id.as_ref() == restart_during {
+            // The listener goes first, so the bridge finds no endpoint to
+            // reconnect to (rather than one about to close) until the new
+            // one is up; the connection closes as this returns.
+            drop(listener);
+            return Ok(answered);
+        }
+        if let Some(reply) = answer(&line) {
             let mut bytes = reply.to_string().into_bytes();
             bytes.push(b'\n');
-            writer.write_all(&bytes).await?;
+            writer
+                .write_all(&bytes)
+                .await
+                .map_err(io_fail("writing to the bridge"))?;
             answered += 1;
         }
     }
     Ok(answered)
+}
+
+/// Binds `endpoint` again after the restart. On Windows the old pipe lives
+/// until the bridge has closed its end (it does so once it sees the
+/// connection close), so "in use" is retried for a bounded time.
+async fn bind_again(endpoint: &Path) -> Result<Listener, DemoError> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        match Listener::bind(endpoint) {
+            Ok(listener) => return Ok(listener),
+            Err(e)
+                if e.io_error().kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
+                Timer::after(REBIND_PAUSE).await;
+            }
+            Err(e) => {
+                return Err(fail(format!(
+                    "the demo host cannot bind its endpoint again: {} ({})",
+                    e,
+                    e.io_error()
+                )))
+            }
+        }
+    }
 }
 
 /// The reply of the demo host's MCP server to one line, or `None` for a
@@ -439,7 +747,10 @@ mod tests {
 
     #[test]
     fn host_answers_the_script() {
-        let replies: Vec<Option<Value>> = script().iter().map(|m| answer(&m.to_string())).collect();
+        let mut script = opening();
+        script.push(caught_by_restart());
+        script.extend(after_restart());
+        let replies: Vec<Option<Value>> = script.iter().map(|m| answer(&m.to_string())).collect();
         assert_eq!(
             replies[0].as_ref().unwrap()["result"]["serverInfo"]["name"],
             "mcp-bridge-demo-host"
@@ -453,7 +764,37 @@ mod tests {
             replies[3].as_ref().unwrap()["result"]["content"][0]["text"],
             "hello through the bridge"
         );
+        assert_eq!(
+            replies[6].as_ref().unwrap()["result"]["content"][0]["text"],
+            "hello again, after the restart"
+        );
         let unknown = answer("{\"id\":9,\"method\":\"nope\"}").unwrap();
         assert_eq!(unknown["error"]["code"], -32601);
+    }
+
+    /// The restart steps are only worth showing if a bridge that gets them
+    /// wrong fails the demo: a reply instead of the error, an error that is
+    /// not the bridge's, another id, or a notice other than the tools one.
+    #[test]
+    fn restart_checks_refuse_what_the_bridge_must_not_write() {
+        let id = json!(4);
+        let error = r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"m"}}"#;
+        assert!(check_bridge_error(&id, error).is_ok());
+        for wrong in [
+            r#"{"jsonrpc":"2.0","id":4,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":"4","error":{"code":-32000,"message":"m"}}"#,
+            "not json",
+        ] {
+            assert!(check_bridge_error(&id, wrong).is_err(), "{}", wrong);
+        }
+        let notice = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        assert!(check_list_changed(notice).is_ok());
+        for wrong in [
+            r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","id":"mcp-bridge-replay-1","result":{}}"#,
+        ] {
+            assert!(check_list_changed(wrong).is_err(), "{}", wrong);
+        }
     }
 }
