@@ -658,13 +658,9 @@ fn a_bridge_is_served_at_once(socket: &Path) {
         drop(stdin);
         let mut answer = String::new();
         let mut stdout = one_shot.stdout.take().unwrap();
-        within(
-            HANG_GUARD,
-            "the one-shot bridge",
-            stdout.read_to_string(&mut answer),
-        )
-        .await
-        .unwrap();
+        within("the one-shot bridge", stdout.read_to_string(&mut answer))
+            .await
+            .unwrap();
         assert_eq!(
             answer,
             format!("{}\n", request),
