@@ -23,7 +23,7 @@ use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
-use support::{within, TempDir, BIN, HANG_GUARD};
+use support::{within, within_limit, TempDir, BIN, HANG_GUARD};
 
 /// How often a waiting test looks again at what it waits for.
 const POLL: Duration = Duration::from_millis(10);
@@ -670,7 +670,7 @@ fn a_bridge_is_served_at_once(socket: &Path) {
         let mut bridge = Bridge::spawn(socket, "real");
         for n in 0..10 {
             let line = format!("{{\"id\":{}}}", n);
-            let reply = within(
+            let reply = within_limit(
                 Duration::from_secs(10),
                 "a round trip",
                 bridge.round_trip(&line),

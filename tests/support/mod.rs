@@ -29,9 +29,15 @@ pub const HANG_GUARD: Duration = Duration::from_secs(30);
 /// Runs `work` to completion, failing the test if it takes longer than
 /// [`HANG_GUARD`]; `what` names what was awaited in the failure message.
 pub async fn within<T>(what: &str, work: impl Future<Output = T>) -> T {
+    within_limit(HANG_GUARD, what, work).await
+}
+
+/// [`within`] for a bound of the behaviour under test (one the issue
+/// names), not a guard against hangs.
+pub async fn within_limit<T>(limit: Duration, what: &str, work: impl Future<Output = T>) -> T {
     future::or(work, async {
-        Timer::after(HANG_GUARD).await;
-        panic!("timed out after {:?} waiting for {}", HANG_GUARD, what)
+        Timer::after(limit).await;
+        panic!("timed out after {:?} waiting for {}", limit, what)
     })
     .await
 }
