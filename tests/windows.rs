@@ -343,13 +343,20 @@ fn busy_pipe_waits_then_connects() {
     run(async {
         // Someone else takes the one waiting instance.
         let first = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
-        let bridge = Bridge::spawn(&pipe, &["--connect-timeout", "20", "--project", "p"]);
+        let mut bridge = Bridge::spawn(&pipe, &["--connect-timeout", "20", "--project", "p"]);
         // Accepting the first client readies the next instance; the bridge
         // connecting to it, and exiting cleanly, shows it waited rather
         // than giving up on the busy pipe.
         let taken = listener.accept().await.unwrap();
-        let (handshake, requests, replies) = accept_bridge(&listener).await;
+        let (handshake, requests, mut replies) = accept_bridge(&listener).await;
         assert_eq!(handshake, Handshake::new("p", ""));
+        // One line, so the close is an end and not a refusal.
+        replies
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"bye\"}\n")
+            .await
+            .unwrap();
+        let bye = bridge.stdout_lines().next().await.unwrap().unwrap();
+        assert!(bye.contains("bye"), "{}", bye);
         drop((first, taken, requests, replies));
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
@@ -526,9 +533,16 @@ fn a_cancelled_accept_leaves_the_pipe_listening() {
             .expect("the pipe still has its instance");
         let taken = listener.accept().await.unwrap();
 
-        let bridge = Bridge::spawn(&pipe, &["--project", "after-cancel"]);
-        let (handshake, requests, replies) = accept_bridge(&listener).await;
+        let mut bridge = Bridge::spawn(&pipe, &["--project", "after-cancel"]);
+        let (handshake, requests, mut replies) = accept_bridge(&listener).await;
         assert_eq!(handshake, Handshake::new("after-cancel", ""));
+        // One line, so the close is an end and not a refusal.
+        replies
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"bye\"}\n")
+            .await
+            .unwrap();
+        let bye = bridge.stdout_lines().next().await.unwrap().unwrap();
+        assert!(bye.contains("bye"), "{}", bye);
         drop((client, taken, requests, replies));
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
@@ -645,7 +659,15 @@ fn host_listener_drops_bad_handshakes_only() {
         // The silent peer is dropped once its time is up.
         silent.await;
         assert!(started.elapsed() >= HANDSHAKE_TIMEOUT);
-        drop(connection);
+        // One line, so the close is an end and not a refusal.
+        let mut writer = connection.writer;
+        writer
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"bye\"}\n")
+            .await
+            .unwrap();
+        let bye = bridge.stdout_lines().next().await.unwrap().unwrap();
+        assert!(bye.contains("bye"), "{}", bye);
+        drop((connection.reader, writer));
         bridge.close_stdin().await;
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
@@ -772,6 +794,8 @@ fn serve_relays_through_a_child_both_ways() {
             "inner-proj",
             "--requester",
             "inner-agent",
+            // Exits when the app hangs up, ending serve's child.
+            "--no-reconnect",
         ],
     );
     let mut bridge = Bridge::spawn(&outer, &["--project", "outer", "--requester", "agent-o"]);

@@ -342,9 +342,15 @@ where
                 })?;
             Ok((reader, writer))
         };
-        let connected = match self.client.hold_while(connecting).await? {
-            Some(result) => result,
-            None => return Ok(None),
+        let connected = if config.reconnect {
+            match self.client.hold_while(connecting).await? {
+                Some(result) => result,
+                None => return Ok(None),
+            }
+        } else {
+            // The plain relay reads stdin only once connected, as it always
+            // did: its connect fails or succeeds whatever stdin does.
+            connecting.await
         };
         if let Some(log) = log {
             let outcome = connected.as_ref().map(drop);
