@@ -864,3 +864,19 @@ fn a_command_s_helpers_are_stopped_with_it() {
     let stopped = || !support::is_running(helper as u32);
     serve.wait_until(&format!("helper {} to be stopped", helper), stopped);
 }
+
+/// `--endpoint /dir/x.sock/` names a directory, not a socket: serve says
+/// that, not that some directory does not exist.
+#[test]
+fn an_endpoint_with_a_trailing_slash_is_named_for_what_it_is() {
+    let dir = TempDir::new("slash", 0o700);
+    let endpoint = format!("{}/", dir.socket().display());
+    let output = std::process::Command::new(BIN)
+        .args(["serve", "--endpoint", &endpoint, "--", "cat"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr);
+    assert!(stderr.contains("ends with '/'"), "{}", stderr);
+    assert!(!stderr.contains("does not exist"), "{}", stderr);
+}

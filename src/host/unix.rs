@@ -76,6 +76,7 @@
 use std::fs;
 use std::future::Future;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -136,6 +137,14 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "the endpoint must be a file path",
+        ));
+    }
+    // `Path` ignores a trailing '/', and the bind would then fail in a
+    // directory it names "x.sock/", with a misleading "no such directory".
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path ends with '/', which names a directory; a socket path names a file",
         ));
     }
     // Bridges connect by this path, so it must fit in a socket address
