@@ -191,6 +191,15 @@ fn doctor_passes_against_a_healthy_host() {
     ] {
         assert!(step_line(&report, step).starts_with("  ok "), "{}", report);
     }
+    let me = format!(
+        "served by uid {}, which is you",
+        rustix::process::geteuid().as_raw()
+    );
+    assert!(
+        step_line(&report, "server user").contains(&me),
+        "{}",
+        report
+    );
     assert!(step_line(&report, "initialize")
         .contains("protocol 2025-06-18, server 'test host' 1.2.3; capabilities: prompts, tools"));
     assert!(step_line(&report, "tools/list").contains("2 tools: echo, add"));

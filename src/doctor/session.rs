@@ -98,10 +98,15 @@ async fn run(config: &Config, report: &mut Report) -> Result<(), Stop> {
     let verifying = Instant::now();
     let verified = endpoint::verify_server(&config.endpoint, &reader, None);
     let step = |detail| Step::new("server user", Some(verifying.elapsed()), detail);
+    let who = match endpoint::server_user(&reader) {
+        Ok(user) => format!("served by {}", user),
+        Err(_) => "served by a user that cannot be told".into(),
+    };
     match verified {
-        Ok(()) => report.steps.push(step(
-            "served by you (or by root): the bridge will talk to it".into(),
-        )),
+        Ok(()) => report.steps.push(step(format!(
+            "{}, which is you (or root): the bridge will talk to it",
+            who
+        ))),
         Err(e) => {
             return Err(fail(
                 report,
@@ -374,7 +379,14 @@ impl Session<'_> {
             Value::from(method),
             params
         );
-        self.write_line(request).await?;
+        if let Err(failed) = self.write_line(request).await {
+            // An app that refused us may have said so, and closed, before
+            // our request went out: what it said is the better diagnosis.
+            return match wait::timeout(self.timeout, self.reply(id, method)).await {
+                Some(Err(said)) if said.contains("refused this client") => Err(said),
+                _ => Err(failed),
+            };
+        }
         let limit = self.timeout;
         match wait::timeout(limit, self.reply(id, method)).await {
             Some(reply) => reply,

@@ -157,6 +157,12 @@ impl fmt::Display for ServerUser {
     }
 }
 
+/// Who serves the connection `reader` belongs to, as the kernel tells it
+/// (the listening process's uid on Unix, the pipe's owner SID on Windows).
+pub fn server_user(reader: &Reader) -> io::Result<ServerUser> {
+    platform::server_principal(&reader.0).map(ServerUser)
+}
+
 /// Checks who serves a connection before anything is sent on it: the
 /// bridge is about to hand over the agent's identity and its whole MCP
 /// traffic, and relay whatever comes back as tool results.
