@@ -656,14 +656,7 @@ impl<R: AsyncRead + Unpin> Client<R> {
             }
             return Ok(false);
         }
-        let mut rest = &chunk[..n];
-        while !rest.is_empty() {
-            let end = rest
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(rest.len(), |i| i + 1);
-            let (segment, after) = rest.split_at(end);
-            rest = after;
+        for segment in lines_of(&chunk[..n]) {
             if self.line == LineFate::Hold {
                 if self.held.len() + segment.len() > HOLD_LIMIT {
                     self.held.truncate(self.line_start);
@@ -838,14 +831,9 @@ impl AppLines {
                 self.unread.extend_from_slice(&chunk[..n]);
             }
             let unread = std::mem::take(&mut self.unread);
-            let mut rest = &unread[..];
-            while !rest.is_empty() {
-                let end = rest
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(rest.len(), |i| i + 1);
-                let (segment, after) = rest.split_at(end);
-                rest = after;
+            let mut looked_at = 0;
+            for segment in lines_of(&unread) {
+                looked_at += segment.len();
                 self.line.extend_from_slice(segment);
                 if self.line.len() > REPLAY_LINE_LIMIT {
                     return Err(format!(
@@ -871,7 +859,7 @@ impl AppLines {
                 };
                 let line = std::mem::take(&mut self.line);
                 if ours {
-                    self.unread = rest.to_vec();
+                    self.unread = unread[looked_at..].to_vec();
                     return Ok(Reply { line, error });
                 }
                 send(stdout, &line)
@@ -904,6 +892,11 @@ fn list_changed_notifications(resumed: &Resumed) -> Vec<u8> {
         }
     }
     out
+}
+
+/// `bytes` cut after each `\n`: whole lines, and the start of one more.
+fn lines_of(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split_inclusive(|&b| b == b'\n')
 }
 
 /// Writes all of `bytes` and flushes.
