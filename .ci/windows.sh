@@ -45,6 +45,11 @@ started=$SECONDS
 # first test binary fail; create it up front and wait until it is ready.
 wineboot --init >/dev/null 2>&1 || true
 wineserver -w
+# One wineserver for the whole run: left to itself it exits a few seconds
+# after each test binary, and a binary starting in that moment fails with
+# "wine client error: recvmsg: Connection reset by peer" (seen once in CI).
+# The cleanup above stops it.
+wineserver -p
 echo "Wine prefix ready in $((SECONDS - started)) s"
 
 step "tests, Windows target under Wine: cargo test --locked --target $TARGET"
