@@ -48,8 +48,9 @@ wineserver -w
 # One wineserver for the whole run: left to itself it exits a few seconds
 # after each test binary, and a binary starting in that moment fails with
 # "wine client error: recvmsg: Connection reset by peer" (seen once in CI).
-# The cleanup above stops it.
-wineserver -p
+# The cleanup above stops it. Its stdio is detached, or it would hold the
+# pipe into `tee` below open, and the step would never end.
+wineserver -p </dev/null >/dev/null 2>&1
 echo "Wine prefix ready in $((SECONDS - started)) s"
 
 step "tests, Windows target under Wine: cargo test --locked --target $TARGET"
