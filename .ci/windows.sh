@@ -48,8 +48,9 @@ wineserver -w
 # One wineserver for the whole run: left to itself it exits a few seconds
 # after each test binary, and a binary starting in that moment fails with
 # "wine client error: recvmsg: Connection reset by peer" (seen once in CI).
-# The cleanup above stops it. Its stdio is detached, or it would hold the
-# pipe into `tee` below open, and the step would never end.
+# The cleanup above stops it. Wine's helper processes live as long as it
+# does and inherit the output of the test run, so that output goes to a
+# file, not a pipe, which they would hold open for ever.
 wineserver -p </dev/null >/dev/null 2>&1
 echo "Wine prefix ready in $((SECONDS - started)) s"
 
@@ -57,7 +58,8 @@ step "tests, Windows target under Wine: cargo test --locked --target $TARGET"
 log="$WINEPREFIX/cargo-test.log"
 started=$SECONDS
 status=0
-debian /usr/bin/cargo test --locked --target "$TARGET" 2>&1 | tee "$log" || status=$?
+debian /usr/bin/cargo test --locked --target "$TARGET" >"$log" 2>&1 || status=$?
+cat "$log"
 echo
 echo "Windows test summary ($((SECONDS - started)) s, build included):"
 grep -E '^ *Running |^test result:' "$log" || true
