@@ -678,7 +678,7 @@ fn closed_stdout_ends_the_bridge_quietly() {
     let dir = TempDir::new("stdout", 0o700);
     let listener = UnixListener::bind(dir.socket()).unwrap();
     let (go_tx, go) = mpsc::channel::<()>();
-    let (_handshake, host) = host(listener, move |_reader, mut writer| {
+    let (handshake, host) = host(listener, move |_reader, mut writer| {
         go.recv().unwrap();
         // Keep writing until the bridge goes away.
         let chunk = [b'x'; 4096];
@@ -686,6 +686,10 @@ fn closed_stdout_ends_the_bridge_quietly() {
     });
     let mut child = spawn_bridge(&dir.socket());
     let _stdin = child.stdin.take().unwrap(); // still open
+                                              // Connected first: a bridge whose stdout reader is gone before that
+                                              // leaves at once, without ever connecting, and the host would wait
+                                              // for it for ever.
+    handshake.recv().unwrap();
     drop(child.stdout.take()); // the reader goes away
     go_tx.send(()).unwrap();
     let status = wait_for_exit(&mut child);
