@@ -229,7 +229,11 @@ impl Report {
             escape(&self.endpoint.to_string_lossy())
         );
         for ignored in &self.ignored {
-            let _ = writeln!(out, "  note  {} is ignored: {}", ignored.option, ignored.why);
+            let _ = writeln!(
+                out,
+                "  note  {} is ignored: {}",
+                ignored.option, ignored.why
+            );
         }
         if !self.ignored.is_empty() {
             out.push('\n');

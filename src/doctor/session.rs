@@ -210,7 +210,9 @@ impl Checker<'_> {
         let declared = |what: &str| capabilities.get(what).map_or(false, |v| !v.is_null());
         self.report.tools = self.list(&mut session, declared("tools"), TOOLS).await?;
         let startup = connected.elapsed();
-        self.report.prompts = self.list(&mut session, declared("prompts"), PROMPTS).await?;
+        self.report.prompts = self
+            .list(&mut session, declared("prompts"), PROMPTS)
+            .await?;
         self.report.resources = self
             .list(&mut session, declared("resources"), RESOURCES)
             .await?;
@@ -940,7 +942,8 @@ impl Session<'_> {
                 continue;
             }
             let ours = message.get("id").map_or(false, |raw| {
-                raw.get().len() <= 32 && serde_json::from_str::<Value>(raw.get()).ok() == Some(id.clone())
+                raw.get().len() <= 32
+                    && serde_json::from_str::<Value>(raw.get()).ok() == Some(id.clone())
             });
             if let Some(error) = message.get("error") {
                 let null_id = message.get("id").map(|raw| raw.get()) == Some("null");
@@ -948,9 +951,9 @@ impl Session<'_> {
                     let reason = members(error.get())
                         .map(|error| text_member(&error, "message"))
                         .filter(|reason| !reason.is_empty());
-                    return Err(self.refusal(Some(
-                        reason.unwrap_or_else(|| "(no reason given)".into()),
-                    )));
+                    return Err(
+                        self.refusal(Some(reason.unwrap_or_else(|| "(no reason given)".into())))
+                    );
                 }
                 if ours {
                     return Err(format!(
