@@ -43,7 +43,9 @@
 //! applies. Steps pass with warnings for what works now but is fragile or
 //! unsafe.
 
+mod client;
 mod paste;
+mod raw;
 mod report;
 mod session;
 #[cfg(unix)]
