@@ -263,9 +263,14 @@ impl<'a> Session<'a> {
 
     /// Reads until the reply to `id`, answering the server's own requests
     /// on the way as a client must.
+    ///
+    /// It yields to the executor after each line: an app that floods
+    /// lines keeps every read ready, and a loop that never waits would
+    /// never let the step's deadline fire.
     async fn reply(&mut self, id: u64, method: &str) -> Result<Box<RawValue>, String> {
         let id = Value::from(id);
         loop {
+            futures_lite::future::yield_now().await;
             let line = self.read_line().await?;
             let first = !self.heard;
             self.heard = true;

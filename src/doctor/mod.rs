@@ -95,7 +95,9 @@ pub struct Config {
     /// The identity line to send, as `mcp-server` would. Empty fields by
     /// default.
     pub handshake: Handshake,
-    /// Bound on each step (the connect, each reply). Default:
+    /// Bound on each whole step: the connect (unless
+    /// [`connect_timeout`](Self::connect_timeout) is given), and every
+    /// write, reply and page of each step after it. Default:
     /// [`DEFAULT_TIMEOUT`].
     pub timeout: Duration,
     /// A user besides our own (and root) trusted to serve the endpoint, as
