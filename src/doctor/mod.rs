@@ -5,7 +5,8 @@
 //! For the person installing an app that bundles the bridge (or the
 //! installer itself, with `--json`): "is the endpoint healthy, and would a
 //! CLI's start-up budget be met?" cannot be answered by starting a CLI,
-//! whose MCP start-up failures are terse and hidden. The steps, in order:
+//! whose MCP start-up failures are terse and hidden. The steps, in order
+//! (after a **traffic log** step when there is a log to append to):
 //!
 //! 1. **endpoint**: it exists, is a socket (a named pipe name on Windows),
 //!    its owner and mode, whether group or others may connect, whether
@@ -17,7 +18,9 @@
 //! 4. **initialize** (protocol version, server name and version,
 //!    capabilities), **initialized** (the notification), then
 //!    **tools/list**, **prompts/list** and **resources/list** for what the
-//!    server declares, following `nextCursor` pages.
+//!    server declares, following `nextCursor` pages. A tool list too
+//!    large for a model's context is a problem, not a pass, and a message
+//!    whose `jsonrpc` is not `"2.0"` is flagged.
 //! 5. **close**: half-close, then drain, as the bridge does when its CLI
 //!    closes stdin, so no half-open connection is left on the app.
 //! 6. **start-up budget**: the time from connecting to the tool list

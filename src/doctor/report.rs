@@ -54,9 +54,9 @@ impl Status {
 /// One step of the check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
-    /// `endpoint`, `connect`, `server user`, `handshake`, `initialize`,
-    /// `initialized`, `tools/list`, `prompts/list`, `resources/list`,
-    /// `close`, `start-up budget`.
+    /// `traffic log` (only with a log), `endpoint`, `connect`, `server
+    /// user`, `handshake`, `initialize`, `initialized`, `tools/list`,
+    /// `prompts/list`, `resources/list`, `close`, `start-up budget`.
     pub name: &'static str,
     /// How it came out; [`Status::Warning`] when it has warnings.
     pub status: Status,
