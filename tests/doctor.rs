@@ -541,6 +541,14 @@ fn doctor_takes_mcp_servers_command_line() {
             logged
         );
     }
+    // The handshake is an event, as in the bridge's log, not a message.
+    let handshake = r#"{"project":"p1","requester":"agent"}"#;
+    assert_eq!(logged.matches(handshake).count(), 1, "{}", logged);
+    assert!(
+        logged.contains(&format!("event handshake sent {}", handshake)),
+        "{}",
+        logged
+    );
 
     // MCP_BRIDGE_LOG, as for mcp-server, and --json says what it ignores.
     let env_log = dir.0.join("env.log");

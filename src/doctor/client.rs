@@ -180,7 +180,9 @@ impl<'a> Session<'a> {
         )
     }
 
-    /// Writes `bytes`, within what is left of the step's time.
+    /// Writes `bytes`, within what is left of the step's time. Not
+    /// recorded in the traffic log's taps: the handshake, which is an
+    /// event of its own there, goes out this way.
     pub(super) async fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), Failure> {
         let left = self.left();
         let writer = &mut self.writer;
@@ -190,12 +192,7 @@ impl<'a> Session<'a> {
         })
         .await;
         match written {
-            Some(Ok(())) => {
-                if let Some(tap) = &mut self.up {
-                    tap.feed(bytes);
-                }
-                Ok(())
-            }
+            Some(Ok(())) => Ok(()),
             Some(Err(source)) => Err(Failure::Io(source)),
             None => Err(Failure::TimedOut),
         }
@@ -208,7 +205,12 @@ impl<'a> Session<'a> {
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
         match self.send_bytes(&bytes).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(tap) = &mut self.up {
+                    tap.feed(&bytes);
+                }
+                Ok(())
+            }
             Err(Failure::Io(source)) => Err(relay_failure(Stage::WriteServer, source)),
             Err(Failure::TimedOut) => Err(self.stuck(what)),
         }
