@@ -275,6 +275,12 @@ fn doctor_json_is_one_document_with_the_same_facts() {
         json!({"tools": {}, "prompts": {}})
     );
     assert_eq!(report["tools"], json!(["echo", "add"]));
+    assert_eq!(report["lists"]["tools"]["count"], 2);
+    assert_eq!(report["lists"]["tools"]["pages"], 2);
+    assert_eq!(report["lists"]["tools"]["names_kept"], 2);
+    assert!(report["lists"]["tools"]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(report["lists"]["resources"], Value::Null);
+    assert_eq!(report["ignored_options"], json!([]));
     assert_eq!(report["prompts"], json!(["greet"]));
     assert_eq!(report["resources"], Value::Null);
     assert_eq!(report["budgets"][0]["cli"], "Codex");
