@@ -26,22 +26,23 @@ use crate::wait;
 /// Longest line accepted from the server. A tool list with long schemas
 /// is a few hundred KiB; this only stops a broken server from filling
 /// our memory.
-pub(super) const LINE_LIMIT: usize = 16 * 1024 * 1024;
+const LINE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Most pages of one list followed (`nextCursor`), within the step's
 /// time bound.
-pub(super) const PAGE_LIMIT: usize = 100;
+const PAGE_LIMIT: usize = 100;
 
 /// Most names of a list kept (for the JSON document); the rest are
 /// counted. Far more tools than any CLI can offer a model.
-pub(super) const KEPT_NAMES: usize = 1000;
+const KEPT_NAMES: usize = 1000;
 
 /// Most lines of one kind (not JSON, a reply nobody asked for, a wrong
 /// `jsonrpc`) quoted in a step's warnings; the rest are counted.
-pub(super) const QUOTED_LINES: usize = 3;
+const QUOTED_LINES: usize = 3;
 
 /// One of the lists a CLI fetches at start-up.
 pub(super) struct List {
+    /// The request.
     pub(super) method: &'static str,
     /// The result's array.
     pub(super) member: &'static str,
@@ -64,7 +65,7 @@ pub(super) enum Failure {
 /// Lines of a kind worth a warning, which an app may send by the
 /// million: each kind is quoted [`QUOTED_LINES`] times, then counted.
 #[derive(Clone, Copy)]
-pub(super) enum Kind {
+enum Kind {
     NotJson,
     Unasked,
     Version,
@@ -84,9 +85,9 @@ impl Kind {
 /// The warnings of the step in progress.
 #[derive(Default)]
 pub(super) struct Noted {
-    pub(super) warnings: Vec<String>,
+    warnings: Vec<String>,
     /// Lines seen of each [`Kind`].
-    pub(super) counts: [usize; 3],
+    counts: [usize; 3],
 }
 
 impl Noted {

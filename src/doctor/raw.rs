@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 pub(super) const NAME_BYTES: usize = 200;
 
 /// Most bytes of a bad line quoted in a warning.
-pub(super) const QUOTE_LIMIT: usize = 200;
+const QUOTE_LIMIT: usize = 200;
 
 /// The members of a JSON object, each a slice of `json`; `None` if it is
 /// not one.
