@@ -1,12 +1,17 @@
 //! `mcp-bridge doctor` through the built binary, against hosts built on the
-//! crate's own `host::Listener` (healthy, silent, refusing) and against
-//! endpoints that are not there.
+//! crate's own `host::Listener` (healthy, silent, refusing), against
+//! endpoints that are not there, and against misbehaving apps (a plain
+//! Unix socket listener scripted by each test: slow pages, a writer that
+//! stops reading, floods, huge pages, wrong versions, escape sequences).
 #![cfg(unix)]
 
 mod support;
 
 use std::fs;
+use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -17,7 +22,7 @@ use futures_lite::{future, StreamExt};
 use mcp_bridge::host::Listener;
 use serde_json::{json, Value};
 
-use support::{TempDir, BIN, HANG_GUARD};
+use support::{TempDir, BIN, HANG_GUARD, NOBODY};
 
 /// How the test host behaves once a client has connected.
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +123,17 @@ async fn serve(
 
 /// Runs doctor with `args`, bounded by the hang guard.
 fn doctor(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
+    doctor_with(args, None)
+}
+
+/// [`doctor`], with `MCP_BRIDGE_LOG` set to `log` (unset otherwise).
+fn doctor_with(args: &[&str], log: Option<&Path>) -> Output {
+    let mut command = Command::new(BIN);
+    command.env_remove("MCP_BRIDGE_LOG");
+    if let Some(log) = log {
+        command.env("MCP_BRIDGE_LOG", log);
+    }
+    let mut child = command
         .arg("doctor")
         .args(args)
         .stdin(Stdio::null())
@@ -260,6 +275,12 @@ fn doctor_json_is_one_document_with_the_same_facts() {
         json!({"tools": {}, "prompts": {}})
     );
     assert_eq!(report["tools"], json!(["echo", "add"]));
+    assert_eq!(report["lists"]["tools"]["count"], 2);
+    assert_eq!(report["lists"]["tools"]["pages"], 2);
+    assert_eq!(report["lists"]["tools"]["names_kept"], 2);
+    assert!(report["lists"]["tools"]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(report["lists"]["resources"], Value::Null);
+    assert_eq!(report["ignored_options"], json!([]));
     assert_eq!(report["prompts"], json!(["greet"]));
     assert_eq!(report["resources"], Value::Null);
     assert_eq!(report["budgets"][0]["cli"], "Codex");
@@ -394,6 +415,562 @@ fn doctor_warns_about_a_world_writable_socket() {
     );
     assert!(
         report.contains("All checks passed, with 1 warning."),
+        "{}",
+        report
+    );
+}
+
+/// One connection to a scripted app, as the app sees it (the handshake
+/// line already read).
+struct Conn {
+    lines: io::BufReader<UnixStream>,
+    out: UnixStream,
+}
+
+impl Conn {
+    /// The next request from doctor, notifications skipped; `None` at EOF.
+    fn request(&mut self) -> Option<Value> {
+        loop {
+            let mut line = String::new();
+            match self.lines.read_line(&mut line) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if !message["id"].is_null() {
+                return Some(message);
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) -> io::Result<()> {
+        self.out.write_all(line.as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+
+    /// Answers `request` with `result`, as JSON-RPC 2.0.
+    fn answer(&mut self, request: &Value, result: Value) -> io::Result<()> {
+        let reply = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+        self.send(&reply.to_string())
+    }
+
+    /// Reads `initialize` and answers it for a server with tools.
+    fn initialize(&mut self) -> io::Result<()> {
+        let request = self.request().expect("initialize");
+        assert_eq!(request["method"], "initialize");
+        self.answer(
+            &request,
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "fake", "version": "1"}
+            }),
+        )
+    }
+}
+
+/// A scripted app at `socket`: every connection is handed to `app` on a
+/// thread of its own once its handshake line is read. The threads live
+/// as long as the test process, as an app that never lets go would.
+fn fake_app(socket: &Path, app: fn(Conn) -> io::Result<()>) {
+    let listener = UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let stream = stream.unwrap();
+            std::thread::spawn(move || {
+                let mut lines = io::BufReader::new(stream.try_clone().unwrap());
+                let mut handshake = String::new();
+                lines.read_line(&mut handshake).unwrap();
+                let _ = app(Conn { lines, out: stream });
+            });
+        }
+    });
+}
+
+/// Issue 20, doctor 1: `mcp-server`'s whole command line works with
+/// `doctor` in its place; the options that apply are used (the log gets
+/// the session, the pasted configuration keeps them) and the report says
+/// which are ignored and why.
+#[test]
+fn doctor_takes_mcp_servers_command_line() {
+    let dir = TempDir::new("doctor-line", 0o700);
+    let socket = dir.socket();
+    let _host = Host::start(&socket, Behaviour::Healthy);
+    let log = dir.0.join("bridge.log");
+    let endpoint = socket.to_str().unwrap();
+    #[rustfmt::skip]
+    let line = ["--endpoint", endpoint, "--project", "p1", "--requester", "agent", "--connect-timeout", "5",
+        "--reconnect-timeout", "7", "--no-reconnect", "--log", log.to_str().unwrap()];
+    let output = doctor(&line);
+    let report = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        report,
+        text(&output.stderr)
+    );
+    assert!(
+        report.contains("  note  --reconnect-timeout is ignored: doctor runs one session"),
+        "{}",
+        report
+    );
+    assert!(
+        report.contains("  note  --no-reconnect is ignored: "),
+        "{}",
+        report
+    );
+    assert!(
+        step_line(&report, "traffic log")
+            .contains(&format!("appending this session to '{}'", log.display())),
+        "{}",
+        report
+    );
+    assert!(
+        report.contains("--connect-timeout 5 --reconnect-timeout 7 --log "),
+        "the configuration to paste keeps the options: {}",
+        report
+    );
+    let logged = fs::read_to_string(&log).unwrap();
+    for record in [
+        "event start mcp-bridge",
+        "\"doctor\"",
+        "cli->app request id=1 method=initialize",
+        "app->cli response id=1",
+        "cli->app request id=2 method=tools/list",
+        "event exit code=0",
+    ] {
+        assert!(
+            logged.contains(record),
+            "no {:?} in the log:\n{}",
+            record,
+            logged
+        );
+    }
+    // The handshake is an event, as in the bridge's log, not a message.
+    let handshake = r#"{"project":"p1","requester":"agent"}"#;
+    assert_eq!(logged.matches(handshake).count(), 1, "{}", logged);
+    assert!(
+        logged.contains(&format!("event handshake sent {}", handshake)),
+        "{}",
+        logged
+    );
+
+    // MCP_BRIDGE_LOG, as for mcp-server, and --json says what it ignores.
+    let env_log = dir.0.join("env.log");
+    let output = doctor_with(
+        &["--endpoint", endpoint, "--reconnect-timeout=7", "--json"],
+        Some(&env_log),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["ignored_options"][0]["option"],
+        "--reconnect-timeout"
+    );
+    assert_eq!(report["steps"][0]["name"], "traffic log");
+    let logged = fs::read_to_string(&env_log).unwrap();
+    assert!(logged.contains("method=initialize"), "{}", logged);
+}
+
+/// `--connect-timeout` means what it means to the bridge: the connect
+/// step waits for an app that is not there yet.
+#[test]
+fn doctor_waits_for_the_app_with_connect_timeout() {
+    let dir = TempDir::new("doctor-wait", 0o700);
+    let socket = dir.socket();
+    let log = dir.0.join("doctor.log");
+    let args = [
+        "doctor".to_string(),
+        "--endpoint".into(),
+        socket.to_str().unwrap().into(),
+        "--connect-timeout".into(),
+        "25".into(),
+        "--log".into(),
+        log.to_str().unwrap().into(),
+    ];
+    let child = Command::new(BIN)
+        .args(&args)
+        .env_remove("MCP_BRIDGE_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The log is opened before the connect step starts: the app comes up
+    // after doctor began looking for it.
+    let start = Instant::now();
+    while !log.exists() {
+        assert!(start.elapsed() < HANG_GUARD, "doctor never opened its log");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _host = Host::start(&socket, Behaviour::Healthy);
+    let output = child.wait_with_output().unwrap();
+    let report = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        report,
+        text(&output.stderr)
+    );
+    assert!(
+        step_line(&report, "connect").contains("waiting up to 25s for the app"),
+        "{}",
+        report
+    );
+}
+
+/// `--trust-server-user` is read: an app served by that user passes the
+/// server user check (and fails it without the option).
+#[test]
+fn doctor_trusts_the_server_user_it_is_told_to() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a listener as another user");
+        return;
+    }
+    let dir = TempDir::new("doctor-trust", 0o777);
+    let socket = dir.socket();
+    let mut listener = Command::new("socat");
+    listener
+        .arg("-u")
+        .arg(format!("UNIX-LISTEN:{},mode=666,fork", socket.display()))
+        .arg("OPEN:/dev/null")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .uid(NOBODY)
+        .gid(NOBODY);
+    let mut listener = listener.spawn().expect("socat is needed for this test");
+    let start = Instant::now();
+    while !socket.exists() {
+        assert!(start.elapsed() < HANG_GUARD, "socat never listened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let endpoint = socket.to_str().unwrap();
+    let refused = doctor(&["--endpoint", endpoint, "--json"]);
+    let trusted = doctor(&[
+        "--endpoint",
+        endpoint,
+        "--trust-server-user",
+        &NOBODY.to_string(),
+        "--timeout",
+        "0.5",
+        "--json",
+    ]);
+    let _ = listener.kill();
+    let _ = listener.wait();
+    let refused: Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(refused["failed_step"], "server user", "{:#}", refused);
+    let trusted: Value = serde_json::from_slice(&trusted.stdout).unwrap();
+    let server_user = &trusted["steps"][2];
+    assert_eq!(server_user["name"], "server user", "{:#}", trusted);
+    assert_eq!(server_user["status"], "ok", "{:#}", trusted);
+    assert_eq!(
+        server_user["detail"],
+        format!(
+            "served by uid {}, whom --trust-server-user trusts: the bridge will talk to it",
+            NOBODY
+        )
+    );
+    // socat never answers: the check goes on past the server user.
+    assert_eq!(trusted["failed_step"], "initialize", "{:#}", trusted);
+    assert!(trusted["config"]["args"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(NOBODY.to_string())));
+}
+
+/// Issue 20, doctor 2: `--timeout` bounds the whole list step, every
+/// page of it, not each page (an app whose pages each take 0.2 s and never
+/// end cost 100 pages of them before).
+#[test]
+fn doctor_bounds_a_whole_list_not_each_page() {
+    let dir = TempDir::new("doctor-pages", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        app.initialize()?;
+        let mut page = 0;
+        while let Some(request) = app.request() {
+            page += 1;
+            std::thread::sleep(Duration::from_millis(200));
+            app.answer(
+                &request,
+                json!({"tools": [{"name": format!("t{}", page)}], "nextCursor": page.to_string()}),
+            )?;
+        }
+        Ok(())
+    });
+    let output = doctor(&[
+        "--endpoint",
+        socket.to_str().unwrap(),
+        "--timeout",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("no answer to tools/list page "),
+        "{}",
+        error
+    );
+    assert!(
+        error.contains("within 1s, the bound for the whole list"),
+        "{}",
+        error
+    );
+}
+
+/// Issue 20, doctor 2: an app that sends an 8 MiB cursor and then stops
+/// reading cannot hold doctor's write of the next request forever.
+#[test]
+fn doctor_bounds_a_write_the_app_does_not_read() {
+    let dir = TempDir::new("doctor-stuck", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        app.initialize()?;
+        let request = app.request().expect("tools/list");
+        let cursor = "c".repeat(8 << 20);
+        app.answer(
+            &request,
+            json!({"tools": [{"name": "a"}], "nextCursor": cursor}),
+        )?;
+        // Never reads again, never closes.
+        loop {
+            std::thread::park();
+        }
+    });
+    let output = doctor(&[
+        "--endpoint",
+        socket.to_str().unwrap(),
+        "--timeout",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
+    assert_eq!(
+        report["error"],
+        "sending tools/list (page 2) did not finish within 1s: the app is not reading what it is sent"
+    );
+}
+
+/// Issue 20, doctor 3: an app that floods lines that are not JSON costs
+/// doctor a few quoted lines and a count, not a warning per line.
+#[test]
+fn doctor_counts_a_flood_of_lines_that_are_not_json() {
+    let dir = TempDir::new("doctor-flood", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        let _ = app.request();
+        let mut chunk = Vec::new();
+        for i in 0..1000 {
+            chunk.extend_from_slice(format!("not json, line {} of a flood\n", i).as_bytes());
+        }
+        // Until doctor hangs up.
+        loop {
+            app.out.write_all(&chunk)?;
+        }
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--timeout", "1"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report = text(&output.stdout);
+    assert!(report.len() < 16 * 1024, "{} bytes of report", report.len());
+    assert!(
+        step_line(&report, "initialize").starts_with("  FAIL"),
+        "{}",
+        report
+    );
+    assert_eq!(
+        report
+            .matches("warning: the app sent a line that is not a JSON-RPC message")
+            .count(),
+        3,
+        "{}",
+        report
+    );
+    let counted = report
+        .lines()
+        .find(|l| l.contains("more lines that are not JSON-RPC messages"))
+        .unwrap_or_else(|| panic!("no count of the rest: {}", report));
+    let more: u64 = counted
+        .trim_start()
+        .trim_start_matches("warning: and ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(more > 0, "{}", counted);
+}
+
+/// Issue 20, doctor 3: a 15 MiB page of tools is a problem for every CLI
+/// (it would fill the model's whole context), reported as one, and the
+/// report stays small.
+#[test]
+fn doctor_fails_a_tool_list_too_large_for_any_cli() {
+    let dir = TempDir::new("doctor-huge", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        app.initialize()?;
+        let request = app.request().expect("tools/list");
+        let mut page = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":["#,
+            request["id"]
+        );
+        let mut n = 0;
+        while page.len() < 15 << 20 {
+            if n > 0 {
+                page.push(',');
+            }
+            n += 1;
+            page.push_str(&format!(
+                r#"{{"name":"tool_{}","inputSchema":{{"type":"object"}}}}"#,
+                n
+            ));
+        }
+        page.push_str("]}}");
+        app.send(&page)?;
+        while app.request().is_some() {}
+        Ok(())
+    });
+    let endpoint = socket.to_str().unwrap();
+    let output = doctor(&["--endpoint", endpoint]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report = text(&output.stdout);
+    assert!(report.len() < 16 * 1024, "{} bytes of report", report.len());
+    let line = step_line(&report, "tools/list");
+    assert!(line.starts_with("  FAIL"), "{}", report);
+    assert!(line.contains(" tools: tool_1, tool_2, "), "{}", line);
+    assert!(line.contains("no CLI can use this server"), "{}", line);
+
+    let output = doctor(&["--endpoint", endpoint, "--json"]);
+    assert!(
+        output.stdout.len() < 256 * 1024,
+        "{} bytes of JSON",
+        output.stdout.len()
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list");
+    let count = report["lists"]["tools"]["count"].as_u64().unwrap();
+    assert!(count > 100_000, "{}", count);
+    assert!(report["lists"]["tools"]["bytes"].as_u64().unwrap() > 14 << 20);
+    assert_eq!(report["tools"].as_array().unwrap().len(), 1000);
+}
+
+/// Issue 20, doctor 4: replies with `"jsonrpc":"1.0"`, or none, are
+/// flagged.
+#[test]
+fn doctor_flags_replies_that_are_not_jsonrpc_2_0() {
+    let dir = TempDir::new("doctor-version", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        let request = app.request().expect("initialize");
+        app.send(
+            &json!({"jsonrpc": "1.0", "id": request["id"], "result": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "old", "version": "1"}
+            }})
+            .to_string(),
+        )?;
+        let request = app.request().expect("tools/list");
+        app.send(&json!({"id": request["id"], "result": {"tools": [{"name": "a"}]}}).to_string())?;
+        while app.request().is_some() {}
+        Ok(())
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let step = |name: &str| {
+        report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let initialize = step("initialize");
+    assert_eq!(initialize["status"], "warning", "{:#}", report);
+    assert!(
+        initialize["warnings"][0].as_str().unwrap().starts_with(
+            r#"the app sent a message with "jsonrpc":"1.0" where MCP requires "jsonrpc":"2.0""#
+        ),
+        "{:#}",
+        initialize
+    );
+    let tools = step("tools/list");
+    assert_eq!(tools["status"], "warning", "{:#}", report);
+    assert!(
+        tools["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"the app sent a message with no "jsonrpc" member"#),
+        "{:#}",
+        tools
+    );
+}
+
+/// Issue 20, doctor 5: nothing the app sends reaches the terminal as a
+/// control character: its name, its tools' names, its stray lines and its
+/// error text are escaped in the text report and on stderr.
+#[test]
+fn doctor_escapes_the_apps_control_characters() {
+    let dir = TempDir::new("doctor-escape", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        let request = app.request().expect("initialize");
+        app.send("\u{1b}[2J\u{1b}[1;1H  ok    all good\u{7}\r")?;
+        app.answer(
+            &request,
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}, "prompts": {}},
+                "serverInfo": {"name": "evil\u{1b}[2J\u{1b}[H", "version": "\u{9b}31m1\u{202e}"}
+            }),
+        )?;
+        let request = app.request().expect("tools/list");
+        app.answer(
+            &request,
+            json!({"tools": [{"name": "a\u{1b}]0;title\u{7}b"}, {"name": "c\nd"}]}),
+        )?;
+        let request = app.request().expect("prompts/list");
+        let error = json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": 1, "message": "no\u{9b}2J\u{85}"}});
+        app.send(&error.to_string())?;
+        while app.request().is_some() {}
+        Ok(())
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    for (what, bytes) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+        let printed = text(bytes);
+        let raw: Vec<char> = printed
+            .chars()
+            .filter(|&c| {
+                c != '\n'
+                    && (c.is_control() || ('\u{2028}'..='\u{206f}').contains(&c) && c != '\u{2026}')
+            })
+            .collect();
+        assert!(raw.is_empty(), "{} has {:?}:\n{}", what, raw, printed);
+    }
+    let report = text(&output.stdout);
+    assert!(report.contains(r"warning: the app sent a line that is not a JSON-RPC message, which a CLI may take as a broken server: \x1b[2J\x1b[1;1H  ok    all good\x07"), "{}", report);
+    assert!(
+        step_line(&report, "initialize").contains(r"server 'evil\x1b[2J\x1b[H' \u{9b}31m1\u{202e}"),
+        "{}",
+        report
+    );
+    assert!(
+        step_line(&report, "tools/list").contains(r"2 tools: a\x1b]0;title\x07b, c\nd"),
+        "{}",
+        report
+    );
+    assert!(
+        step_line(&report, "prompts/list").contains(r"no\u{9b}2J\u{85}"),
         "{}",
         report
     );

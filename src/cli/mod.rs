@@ -133,7 +133,7 @@ fn parse_with_env(
             Some("help") => Ok(Command::Help),
             Some("mcp-server") => parse_bridge(args, env_log),
             Some("serve") => parse_serve(args, env_log),
-            Some("doctor") => parse_doctor(args),
+            Some("doctor") => parse_doctor(args, env_log),
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
                 Some(arg) => arg.unexpected("demo"),
@@ -241,12 +241,23 @@ fn parse_serve(
     Ok(Command::Serve(config))
 }
 
-fn parse_doctor(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Command, UsageError> {
+/// `doctor` takes `mcp-server`'s whole command line (a user may replace
+/// `mcp-server` by `doctor` in the line they configured), and its own
+/// `--json` and `--timeout`.
+fn parse_doctor(
+    mut args: Parser<impl Iterator<Item = OsString>>,
+    env_log: Option<PathBuf>,
+) -> Result<Command, UsageError> {
     let mut endpoint = None;
     let mut project = None;
     let mut requester = None;
     let mut timeout = None;
-    let mut json = false;
+    let mut json = None;
+    let mut connect_timeout = None;
+    let mut trusted_server = None;
+    let mut reconnect_timeout = None;
+    let mut no_reconnect = None;
+    let mut log = None;
     while let Some(arg) = args.next()? {
         let name = match arg {
             Arg::Option(name) => name,
@@ -257,13 +268,12 @@ fn parse_doctor(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--timeout" => once(&mut timeout, &name, args.seconds(&name)?)?,
-            "--json" => {
-                args.no_value()?;
-                if json {
-                    return error("option '--json' given more than once");
-                }
-                json = true;
-            }
+            "--json" => once(&mut json, &name, args.no_value()?)?,
+            "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
+            "--trust-server-user" => once(&mut trusted_server, &name, args.server_user(&name)?)?,
+            "--reconnect-timeout" => once(&mut reconnect_timeout, &name, args.seconds(&name)?)?,
+            "--no-reconnect" => once(&mut no_reconnect, &name, args.no_value()?)?,
+            "--log" => once(&mut log, &name, args.path(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
@@ -274,7 +284,15 @@ fn parse_doctor(mut args: Parser<impl Iterator<Item = OsString>>) -> Result<Comm
     if let Some(timeout) = timeout {
         config.timeout = timeout;
     }
-    Ok(Command::Doctor(Doctor { config, json }))
+    config.connect_timeout = connect_timeout;
+    config.trusted_server = trusted_server;
+    config.reconnect = no_reconnect.is_none();
+    config.reconnect_timeout = reconnect_timeout;
+    config.log = log.or(env_log);
+    Ok(Command::Doctor(Doctor {
+        config,
+        json: json.is_some(),
+    }))
 }
 
 #[cfg(test)]

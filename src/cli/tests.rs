@@ -72,7 +72,11 @@ const MISTAKES: &[(&[&str], &str)] = &[
     (&["doctor", "--endpoint=/x", "--json=yes"], "unexpected value 'yes'"),
     (&["doctor", "--endpoint=/x", "--json", "--json"], "option '--json' given more than once"),
     (&["doctor", "--endpoint=/x", "--timeout=0"], "'--timeout' must be more than 0"),
-    (&["doctor", "--endpoint=/x", "--connect-timeout=1"], "unknown option '--connect-timeout'"),
+    (&["doctor", "--endpoint=/x", "--max-connections=1"], "unknown option '--max-connections'"),
+    (&["doctor", "--endpoint=/x", "--no-reconnect", "--no-reconnect"], "option '--no-reconnect' given more than once"),
+    (&["doctor", "--endpoint=/x", "--connect-timeout=0"], "'--connect-timeout' must be more than 0"),
+    (&["doctor", "--endpoint=/x", "--trust-server-user=me"], "'--trust-server-user': "),
+    (&["doctor", "--endpoint=/x", "--log="], "option '--log' must not be empty"),
     (&["doctor", "--endpoint=/x", "now"], "unexpected argument 'now' for 'doctor'"),
 ];
 
@@ -284,6 +288,47 @@ fn doctor_options() {
         }
         other => panic!("{:?}", other),
     }
+}
+
+/// `mcp-server`'s whole command line, with `doctor` in its place, parses
+/// into the same settings (issue 20: a user swaps the word in the line
+/// they configured).
+#[test]
+fn doctor_takes_every_mcp_server_option() {
+    #[rustfmt::skip]
+    let line = ["--endpoint", "/s.sock", "--project", "p", "--requester", "r", "--connect-timeout", "3",
+        "--reconnect-timeout=7.5", "--no-reconnect", "--trust-server-user", "1234", "--log", "/tmp/b.log"];
+    let bridge = bridge(&line);
+    let config = match parse_strs(&[&["doctor"], &line[..]].concat()) {
+        Ok(Command::Doctor(Doctor { config, .. })) => config,
+        other => panic!("expected doctor, got {:?}", other),
+    };
+    assert_eq!(config.endpoint, bridge.endpoint);
+    assert_eq!(config.handshake, bridge.handshake);
+    assert_eq!(config.connect_timeout, Some(bridge.connect_timeout));
+    assert_eq!(config.reconnect_timeout, Some(bridge.reconnect_timeout));
+    assert_eq!(config.reconnect, bridge.reconnect);
+    assert!(!config.reconnect);
+    assert_eq!(config.trusted_server, bridge.trusted_server);
+    assert!(config.trusted_server.is_some());
+    assert_eq!(config.log, bridge.log);
+
+    let with_env = |args: &[&str]| match parse_with_env(
+        args.iter().map(OsString::from),
+        Some(OsString::from("/tmp/env.log")),
+    ) {
+        Ok(Command::Doctor(Doctor { config, .. })) => config.log,
+        other => panic!("expected doctor, got {:?}", other),
+    };
+    assert_eq!(
+        with_env(&["doctor", "--endpoint=/x"]),
+        Some(PathBuf::from("/tmp/env.log"))
+    );
+    assert_eq!(
+        with_env(&["doctor", "--endpoint=/x", "--log=/tmp/flag.log"]),
+        Some(PathBuf::from("/tmp/flag.log")),
+        "the flag wins"
+    );
 }
 
 #[test]

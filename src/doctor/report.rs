@@ -1,6 +1,13 @@
 //! What the checks found, as text for a person and as one JSON document
 //! for an installer; both carry the same facts.
+//!
+//! Much of it is the app's own text (its name, its tools' names, its error
+//! messages, lines it should not have sent), so the text report escapes
+//! every control character in what it prints ([`escape`]): a terminal
+//! would otherwise obey an app's `ESC[2J`, or a cursor move that writes
+//! `ok` over a `FAIL`. The JSON document escapes by its own rules.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,9 +54,9 @@ impl Status {
 /// One step of the check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
-    /// `endpoint`, `connect`, `server user`, `handshake`, `initialize`,
-    /// `initialized`, `tools/list`, `prompts/list`, `resources/list`,
-    /// `close`, `start-up budget`.
+    /// `traffic log` (only with a log), `endpoint`, `connect`, `server
+    /// user`, `handshake`, `initialize`, `initialized`, `tools/list`,
+    /// `prompts/list`, `resources/list`, `close`, `start-up budget`.
     pub name: &'static str,
     /// How it came out; [`Status::Warning`] when it has warnings.
     pub status: Status,
@@ -119,6 +126,30 @@ pub struct Budget {
     pub status: Status,
 }
 
+/// What one list (`tools/list`, `prompts/list`, `resources/list`) held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// The names (or URIs) of the first items, each cut to a bounded
+    /// length: all of them for any list a CLI could use.
+    pub names: Vec<String>,
+    /// How many items the list had, kept or not.
+    pub count: usize,
+    /// How many pages it came in.
+    pub pages: usize,
+    /// The size of its results, in bytes, every page together: what a CLI
+    /// would hold (and, for tools, put in the model's context).
+    pub bytes: usize,
+}
+
+/// An `mcp-server` option doctor was given but does not use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// The option, as written on the command line.
+    pub option: &'static str,
+    /// Why doctor has no use for it.
+    pub why: &'static str,
+}
+
 /// Everything the checks found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,12 +160,14 @@ pub struct Report {
     pub steps: Vec<Step>,
     /// From `initialize`, once it answered.
     pub server: Option<ServerInfo>,
-    /// The tool names, when listed.
-    pub tools: Option<Vec<String>>,
-    /// The prompt names, when the server declares prompts.
-    pub prompts: Option<Vec<String>>,
-    /// The resource names (or URIs), when the server declares resources.
-    pub resources: Option<Vec<String>>,
+    /// `mcp-server` options given that doctor has no use for, and why.
+    pub ignored: Vec<Ignored>,
+    /// The tools, when listed.
+    pub tools: Option<Listing>,
+    /// The prompts, when the server declares prompts.
+    pub prompts: Option<Listing>,
+    /// The resources (names, or URIs), when the server declares resources.
+    pub resources: Option<Listing>,
     /// The start-up time against each CLI's budget, once known.
     pub budgets: Vec<Budget>,
     /// What to paste into each CLI's configuration.
@@ -150,7 +183,12 @@ pub struct DoctorError {
 
 impl fmt::Display for DoctorError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the '{}' check failed: {}", self.step, self.detail)
+        write!(
+            f,
+            "the '{}' check failed: {}",
+            self.step,
+            escape(&self.detail)
+        )
     }
 }
 
@@ -188,8 +226,18 @@ impl Report {
             out,
             "mcp-bridge doctor {}: checking '{}'\n",
             env!("CARGO_PKG_VERSION"),
-            self.endpoint.display()
+            escape(&self.endpoint.to_string_lossy())
         );
+        for ignored in &self.ignored {
+            let _ = writeln!(
+                out,
+                "  note  {} is ignored: {}",
+                ignored.option, ignored.why
+            );
+        }
+        if !self.ignored.is_empty() {
+            out.push('\n');
+        }
         for step in &self.steps {
             let took = step.elapsed.map_or(String::new(), millis);
             let _ = writeln!(
@@ -198,10 +246,10 @@ impl Report {
                 step.status.column(),
                 step.name,
                 took,
-                step.detail
+                escape(&step.detail)
             );
             for warning in &step.warnings {
-                let _ = writeln!(out, "{:35}warning: {}", "", warning);
+                let _ = writeln!(out, "{:35}warning: {}", "", escape(warning));
             }
         }
         out.push('\n');
@@ -258,6 +306,22 @@ impl Report {
                 "capabilities": s.capabilities,
             })
         });
+        let ignored: Vec<Value> = self
+            .ignored
+            .iter()
+            .map(|i| json!({"option": i.option, "why": i.why}))
+            .collect();
+        let names = |list: &Option<Listing>| list.as_ref().map(|l| l.names.clone());
+        let size = |list: &Option<Listing>| {
+            list.as_ref().map(|l| {
+                json!({
+                    "count": l.count,
+                    "pages": l.pages,
+                    "bytes": l.bytes,
+                    "names_kept": l.names.len(),
+                })
+            })
+        };
         let failure = self.failure();
         json!({
             "version": env!("CARGO_PKG_VERSION"),
@@ -266,15 +330,51 @@ impl Report {
             "failed_step": failure.map(|s| s.name),
             "error": failure.map(|s| s.detail.as_str()),
             "warnings": self.warning_count(),
+            "ignored_options": ignored,
             "steps": steps,
             "server": server,
-            "tools": self.tools,
-            "prompts": self.prompts,
-            "resources": self.resources,
+            "tools": names(&self.tools),
+            "prompts": names(&self.prompts),
+            "resources": names(&self.resources),
+            "lists": {
+                "tools": size(&self.tools),
+                "prompts": size(&self.prompts),
+                "resources": size(&self.resources),
+            },
             "budgets": budgets,
             "config": self.snippets.to_json(),
         })
     }
+}
+
+/// `text` fit for a terminal: every control character (C0, DEL, C1), the
+/// line and paragraph separators and the bidirectional overrides, which
+/// could move the cursor, clear the screen or reorder what is shown, are
+/// written as escapes (`\x1b`, `\n`, `\u{9b}`); the rest is unchanged.
+pub(super) fn escape(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if unsafe_char(c) && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if unsafe_char(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Milliseconds with three decimals (microseconds), for the JSON document.
@@ -285,4 +385,18 @@ fn ms(d: Duration) -> f64 {
 /// Milliseconds as the text report shows them.
 fn millis(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escape_leaves_text_and_escapes_controls() {
+        assert_eq!(escape("tool été ✓"), "tool été ✓");
+        assert_eq!(escape("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(escape("x\ny\r\t\x7f"), "x\\ny\\r\\t\\x7f");
+        assert_eq!(escape("\u{9b}2J \u{85}"), "\\u{9b}2J \\u{85}");
+        assert_eq!(escape("\u{202e}abc\u{2028}"), "\\u{202e}abc\\u{2028}");
+    }
 }

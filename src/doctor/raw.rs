@@ -1,0 +1,147 @@
+//! Reading the app's JSON without decoding it into a tree: a message's
+//! members, a result's list and each item are borrowed slices of the line
+//! (`serde_json`'s `RawValue`), so a 15 MiB page costs the line, not a
+//! gigabyte of maps, and only bounded pieces of it (names, quotes) are
+//! kept.
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+/// Most bytes of one name (or server name, version, capability) kept.
+pub(super) const NAME_BYTES: usize = 200;
+
+/// Most bytes of a bad line quoted in a warning.
+const QUOTE_LIMIT: usize = 200;
+
+/// The members of a JSON object, each a slice of `json`; `None` if it is
+/// not one.
+pub(super) fn members(json: &str) -> Option<BTreeMap<String, &RawValue>> {
+    serde_json::from_str(json).ok()
+}
+
+/// A string member, cut to [`NAME_BYTES`]; empty if absent or not a
+/// string.
+pub(super) fn text_member(members: &BTreeMap<String, &RawValue>, key: &str) -> String {
+    members
+        .get(key)
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        .map_or_else(String::new, |text| cut(&text, NAME_BYTES))
+}
+
+/// Calls `each` with every element of the JSON array `array` (already
+/// checked to be valid JSON), as a slice of it, without collecting them:
+/// a page of a million items costs no more than its text. Returns `false`
+/// if `array` is not an array.
+pub(super) fn for_each_element(array: &str, mut each: impl FnMut(&str)) -> bool {
+    let bytes = array.as_bytes();
+    if bytes.first() != Some(&b'[') {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut start = 1;
+    for (i, &b) in bytes.iter().enumerate().skip(1) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' if depth > 0 => depth -= 1,
+            b',' | b']' if depth == 0 => {
+                let element = array[start..i].trim();
+                if !element.is_empty() {
+                    each(element);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// The name (or URI) of a list item, cut to [`NAME_BYTES`].
+pub(super) fn item_name(item: &str) -> String {
+    let item = members(item).unwrap_or_default();
+    let name = text_member(&item, "name");
+    if !name.is_empty() {
+        return name;
+    }
+    let uri = text_member(&item, "uri");
+    if !uri.is_empty() {
+        return uri;
+    }
+    "(unnamed)".into()
+}
+
+/// `text` cut to at most `limit` bytes (at a character boundary), with
+/// `…` when cut.
+pub(super) fn cut(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// A line quoted in a message: lossy UTF-8, trimmed, cut at
+/// [`QUOTE_LIMIT`] bytes.
+pub(super) fn quote(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&line[..line.len().min(QUOTE_LIMIT)]);
+    let mut text = text.trim_end().to_string();
+    if line.len() > QUOTE_LIMIT {
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elements(array: &str) -> Option<Vec<String>> {
+        let mut found = Vec::new();
+        let is_array = for_each_element(array, |e| found.push(e.to_string()));
+        is_array.then_some(found)
+    }
+
+    #[test]
+    fn elements_are_split_at_top_level_commas_only() {
+        assert_eq!(elements("[]"), Some(vec![]));
+        assert_eq!(elements("[ ]"), Some(vec![]));
+        assert_eq!(
+            elements(r#"[{"name":"a,]"}, [1,2] ,"x\"]",3]"#),
+            Some(vec![
+                r#"{"name":"a,]"}"#.to_string(),
+                "[1,2]".into(),
+                r#""x\"]""#.into(),
+                "3".into()
+            ])
+        );
+        assert_eq!(elements(r#"{"a":1}"#), None);
+        assert_eq!(elements(""), None);
+    }
+
+    #[test]
+    fn items_are_named_by_name_or_uri_and_cut() {
+        assert_eq!(item_name(r#"{"name":"echo"}"#), "echo");
+        assert_eq!(item_name(r#"{"uri":"file:///a"}"#), "file:///a");
+        assert_eq!(item_name(r#"{"name":3}"#), "(unnamed)");
+        let long = format!(r#"{{"name":"{}"}}"#, "é".repeat(300));
+        let name = item_name(&long);
+        assert!(name.len() <= NAME_BYTES + "…".len(), "{}", name.len());
+        assert!(name.ends_with('…'));
+    }
+}
