@@ -8,7 +8,7 @@
 //! opened with `O_NOFOLLOW` (a symbolic link there is refused, not
 //! followed), and the open descriptor is then checked with `fstat`, which
 //! no rename or link swapped in after the open can change: a regular file,
-//! not our stdout, owned by our effective user, with one link (a second
+//! not our stdout, owned by our effective user, with no second link (a
 //! hard link could be an unrelated file of ours, made by someone who can
 //! write the log's directory but not the file's). Before opening, `lstat`
 //! already refuses what is visibly not a regular file, so a device or a
@@ -69,7 +69,10 @@ pub(super) fn open_private(path: &Path) -> io::Result<File> {
         }
         .into());
     }
-    if metadata.nlink() != 1 {
+    // No link at all is no danger: another process rotated the file away
+    // twice since we opened it (its records then go where the design lets
+    // old files go).
+    if metadata.nlink() > 1 {
         return Err(Refusal::Links(metadata.nlink()).into());
     }
     if metadata.mode() & 0o077 != 0 {
