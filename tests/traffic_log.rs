@@ -374,7 +374,14 @@ fn echo_app(socket: &Path) {
 /// stderr piped, stdout piped unless the caller sets it.
 fn bridge_command(mut command: Command, socket: &Path, log_args: &[&str]) -> Command {
     command
-        .args(["mcp-server", "--no-reconnect", "--project", "p", "--requester", "r"])
+        .args([
+            "mcp-server",
+            "--no-reconnect",
+            "--project",
+            "p",
+            "--requester",
+            "r",
+        ])
         .arg("--endpoint")
         .arg(socket)
         .args(log_args)
@@ -476,7 +483,10 @@ fn requests(tag: &str, count: usize) -> Vec<u8> {
 
 /// The lines of `stderr` about the traffic log.
 fn log_warnings(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.contains("traffic log")).collect()
+    stderr
+        .lines()
+        .filter(|l| l.contains("traffic log"))
+        .collect()
 }
 
 /// The bridge relayed every byte and nothing else, ended well, and said
@@ -632,7 +642,9 @@ fn a_directory_others_can_write_is_one_warning() {
         }
         let records = records(&log);
         assert!(
-            records.iter().any(|r| r.starts_with("cli->app request id=\"a-4\"")),
+            records
+                .iter()
+                .any(|r| r.starts_with("cli->app request id=\"a-4\"")),
             "{}",
             records.join("\n")
         );
@@ -668,7 +680,11 @@ fn a_link_swapped_in_mid_session_redirects_nothing() {
     wait_for_record(&serve, &moved, "id=\"after-swap\"");
     // Past the cap: the rotation opens FILE by name, and finds the link.
     for n in 0..100 {
-        let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n", n, "m".repeat(60));
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
+            n,
+            "m".repeat(60)
+        );
         client.echo(line.as_bytes());
     }
     drop(client);
@@ -772,16 +788,24 @@ fn a_file_size_limit_stops_the_log_not_the_bridge() {
     let log = log_path(&dir);
     let input = requests("a", 300);
     let ran = run(
-        &mut bridge_command(under_file_size_limit(), &dir.socket(), &["--log", arg(&log)]),
+        &mut bridge_command(
+            under_file_size_limit(),
+            &dir.socket(),
+            &["--log", arg(&log)],
+        ),
         input.clone(),
     );
     assert_relayed_with_one_warning(
         &ran,
         &input,
-        &format!("mcp-bridge: cannot write the traffic log '{}': ", log.display()),
+        &format!(
+            "mcp-bridge: cannot write the traffic log '{}': ",
+            log.display()
+        ),
     );
     assert!(
-        ran.stderr.contains("the file size limit (ulimit -f) is reached"),
+        ran.stderr
+            .contains("the file size limit (ulimit -f) is reached"),
         "{}",
         ran.stderr
     );
@@ -798,7 +822,11 @@ fn a_file_size_limit_stops_the_log_not_serve() {
     let mut serve = Serve::start_with(under_file_size_limit(), &dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
     for n in 0..300 {
-        let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n", n, "m".repeat(60));
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
+            n,
+            "m".repeat(60)
+        );
         client.echo(line.as_bytes());
     }
     drop(client);
@@ -893,7 +921,13 @@ fn bridges_sharing_a_log_lose_no_record_across_a_rotation() {
         let mut seen = std::collections::HashMap::new();
         for path in [&old, &log] {
             let size = fs::metadata(path).unwrap().len();
-            assert!(size <= CAP, "round {}: {} has {} bytes", round, path.display(), size);
+            assert!(
+                size <= CAP,
+                "round {}: {} has {} bytes",
+                round,
+                path.display(),
+                size
+            );
             for message in messages(path) {
                 *seen.entry(message).or_insert(0) += 1;
             }
@@ -969,7 +1003,13 @@ fn bridges_sharing_a_log_rotate_it_many_times_safely() {
         let mut kept: Vec<(String, usize, usize)> = Vec::new();
         for path in [&old, &log] {
             let size = fs::metadata(path).unwrap().len();
-            assert!(size <= CAP, "round {}: {} has {} bytes", round, path.display(), size);
+            assert!(
+                size <= CAP,
+                "round {}: {} has {} bytes",
+                round,
+                path.display(),
+                size
+            );
             kept.extend(messages(path));
         }
         for direction in ["cli->app", "app->cli"] {

@@ -110,9 +110,9 @@ fn refuse_type(metadata: &fs::Metadata) -> Result<(), Refusal> {
 fn is_stdout(metadata: &fs::Metadata) -> bool {
     let stdout = io::stdout();
     match stdout.as_fd().try_clone_to_owned().map(File::from) {
-        Ok(out) => out
-            .metadata()
-            .map_or(false, |out| out.dev() == metadata.dev() && out.ino() == metadata.ino()),
+        Ok(out) => out.metadata().map_or(false, |out| {
+            out.dev() == metadata.dev() && out.ino() == metadata.ino()
+        }),
         // A closed stdout is no file of ours.
         Err(_) => false,
     }
@@ -173,9 +173,7 @@ pub(super) fn directory_warning(path: &Path) -> Option<String> {
         format!("belongs to user {}", metadata.uid())
     } else if mode & 0o002 != 0 && !sticky {
         format!("is writable by every user (mode {:o})", mode & 0o7777)
-    } else if mode & 0o020 != 0
-        && !sticky
-        && metadata.gid() != rustix::process::getegid().as_raw()
+    } else if mode & 0o020 != 0 && !sticky && metadata.gid() != rustix::process::getegid().as_raw()
     {
         format!(
             "is writable by group {} (mode {:o})",
