@@ -31,7 +31,11 @@
 //! Windows, while another process has `FILE.1` open), the log follows a
 //! `FILE` that has room, or else drops its records (counted, one warning)
 //! until a later batch can rotate. It never truncates a file instead, as
-//! that file may be the `FILE.1` another process just made.
+//! that file may be the `FILE.1` another process just made. The lock is
+//! held for one batch's writes; a process stopped while holding it (a
+//! suspended CLI's bridge) stalls the others' writer threads, never their
+//! relays: their records wait, then are dropped and counted, and at exit
+//! the last ones are waited for at most a second, as with a stuck disk.
 //!
 //! **A full disk, or the file size limit** (`RLIMIT_FSIZE`, `ulimit -f`):
 //! a failed write is one warning on stderr, and the records are dropped
