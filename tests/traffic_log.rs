@@ -466,6 +466,12 @@ fn run(command: &mut Command, input: Vec<u8>) -> Ran {
 
 /// `count` requests of about 100 bytes, ids `"<tag>-<n>"`.
 fn requests(tag: &str, count: usize) -> Vec<u8> {
+    padded_requests(tag, count, 40)
+}
+
+/// `count` requests with `pad` bytes of padding each (about 60 bytes
+/// more), ids `"<tag>-<n>"`.
+fn padded_requests(tag: &str, count: usize, pad: usize) -> Vec<u8> {
     let mut input = Vec::new();
     for n in 0..count {
         input.extend_from_slice(
@@ -473,7 +479,7 @@ fn requests(tag: &str, count: usize) -> Vec<u8> {
                 "{{\"jsonrpc\":\"2.0\",\"id\":\"{}-{}\",\"method\":\"m\",\"params\":{{\"pad\":\"{}\"}}}}\n",
                 tag,
                 n,
-                "x".repeat(40)
+                "x".repeat(pad)
             )
             .as_bytes(),
         );
@@ -853,11 +859,12 @@ const BRIDGES: usize = 10;
 /// Runs ten bridges at once, all logging to `log` through `MCP_BRIDGE_LOG`
 /// (as a CLI with the variable in its environment would), rotated at
 /// `cap`, each sending `count` requests (ids `"b<bridge>-<n>"`) to an echo
-/// app; each must relay everything, with nothing said about the log.
-fn ten_bridges_sharing(dir: &TempDir, log: &Path, cap: u64, count: usize) {
+/// app (`pad` bytes of padding in each); each must relay everything, with
+/// nothing said about the log.
+fn ten_bridges_sharing(dir: &TempDir, log: &Path, cap: u64, count: usize, pad: usize) {
     let running: Vec<(Vec<u8>, Running)> = (0..BRIDGES)
         .map(|b| {
-            let input = requests(&format!("b{}", b), count);
+            let input = padded_requests(&format!("b{}", b), count, pad);
             let mut command = bridge_command(Command::new(BIN), &dir.socket(), &[]);
             command
                 .env("MCP_BRIDGE_LOG", log)
@@ -900,17 +907,21 @@ fn messages(path: &Path) -> Vec<(String, usize, usize)> {
 /// them is in `FILE` or `FILE.1`, exactly once (the design keeps one old
 /// file, and here there is only one). Before, two bridges rotating the
 /// same file each renamed `FILE` (the second one the other's brand-new
-/// file, over the full one) or truncated `FILE.1`. Five times in a row.
+/// file, over the full one) or truncated `FILE.1`. Records of 4 KB, so
+/// each bridge writes batches of many at the moment the cap is crossed.
+/// Five times in a row.
 #[test]
 fn bridges_sharing_a_log_lose_no_record_across_a_rotation() {
-    // About 21 KB of records per bridge: one rotation, halfway.
-    const CAP: u64 = 120_000;
-    const COUNT: usize = 60;
+    // About 400 KB of records per bridge, 4 MB in all: one rotation,
+    // past halfway.
+    const CAP: u64 = 2_500_000;
+    const COUNT: usize = 50;
+    const PAD: usize = 3900;
     for round in 0..5 {
         let dir = TempDir::new("log-shared", 0o700);
         echo_app(&dir.socket());
         let log = log_path(&dir);
-        ten_bridges_sharing(&dir, &log, CAP, COUNT);
+        ten_bridges_sharing(&dir, &log, CAP, COUNT, PAD);
         assert_eq!(
             dir.entries(),
             ["app.sock", "traffic.log", "traffic.log.1"],
@@ -984,7 +995,7 @@ fn bridges_sharing_a_log_rotate_it_many_times_safely() {
                 (smallest, looks)
             })
         };
-        ten_bridges_sharing(&dir, &log, CAP, COUNT);
+        ten_bridges_sharing(&dir, &log, CAP, COUNT, 40);
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let (smallest, looks) = watcher.join().unwrap();
         assert!(looks > 0, "round {}: FILE.1 never seen", round);
