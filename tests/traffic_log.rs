@@ -221,19 +221,22 @@ fn serve_logs_both_directions_and_its_events() {
 }
 
 /// Whatever a message holds (JSON's `\n` escapes, a CRLF, invalid UTF-8,
-/// control bytes), its record is one line, and the bytes that are not
-/// printable UTF-8 are written as `\xNN`.
+/// control bytes, C1 controls and U+2028 raw in valid JSON), its record is
+/// one line, and the bytes that are not printable UTF-8 are written as
+/// `\xNN`.
 #[test]
 fn records_are_one_line_whatever_the_message_holds() {
     let dir = TempDir::new("log-lines", 0o700);
     let log = log_path(&dir);
     let serve = Serve::start(&dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
-    let lines: [&[u8]; 4] = [
+    let lines: [&[u8]; 5] = [
         b"{\"jsonrpc\":\"2.0\",\"method\":\"log\",\"params\":{\"text\":\"a\\nb\\r\\n\"}}\n",
         b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"crlf\"}\r\n",
         b"bad \xff\xfe utf-8 \xe2\x82\n",
         b"nul \x00 and escape \x1b[31m\n",
+        // Valid JSON with a raw CSI (U+009B), NEL (U+0085) and U+2028.
+        "{\"t\":\"\u{9b}2J\u{85}\u{2028}\u{e9}\"}\n".as_bytes(),
     ];
     for line in lines {
         client.echo(line);
@@ -245,6 +248,7 @@ fn records_are_one_line_whatever_the_message_holds() {
         r#"request id=2 method=crlf len=41 {"jsonrpc":"2.0","id":2,"method":"crlf"}\x0d"#,
         r"other len=15 bad \xff\xfe utf-8 \xe2\x82",
         r"other len=22 nul \x00 and escape \x1b[31m",
+        "other len=19 {\"t\":\"\\xc2\\x9b2J\\xc2\\x85\\xe2\\x80\\xa8\u{e9}\"}",
     ];
     let records = records(&log);
     for direction in ["cli->app conn=1", "app->cli conn=1"] {
