@@ -52,6 +52,50 @@ pub(crate) fn lead_new_process_group(command: &mut std::process::Command) {
     }
 }
 
+/// Catches `SIGXFSZ` with a handler that does nothing, unless the process
+/// already has a disposition for it other than the default (an embedding
+/// program's own choice, put back as it was). A write past `RLIMIT_FSIZE`
+/// then fails with `EFBIG` instead of killing the process. Not `SIG_IGN`:
+/// an ignored signal stays ignored across `exec`, a caught one does not, so
+/// the commands `serve` starts keep the default.
+///
+/// rustix has no safe `sigaction` (only under its unstable `runtime`
+/// feature), so this is `signal(3)`, which every Unix libc has, std links,
+/// and which installs a handler with BSD semantics there (it stays
+/// installed, and interrupted calls restart).
+pub(crate) fn catch_file_size_signal() -> std::io::Result<()> {
+    use std::os::raw::c_int;
+
+    // `sighandler_t` is a pointer-sized function pointer; SIG_DFL is 0 and
+    // SIG_ERR is -1 on every Unix.
+    extern "C" {
+        fn signal(signum: c_int, handler: usize) -> usize;
+    }
+    const SIG_DFL: usize = 0;
+    const SIG_ERR: usize = usize::MAX;
+
+    extern "C" fn do_nothing(_: c_int) {}
+
+    let signum = rustix::process::Signal::XFSZ.as_raw();
+    let handler: extern "C" fn(c_int) = do_nothing;
+    // SAFETY: `signum` is a valid signal number (rustix's constant for this
+    // target), and `handler` is an `extern "C"` function of the signature a
+    // signal handler has, living as long as the program. It does nothing at
+    // all, so it is async-signal-safe and cannot disturb the code it
+    // interrupts. `signal` touches nothing of ours.
+    let previous = unsafe { signal(signum, handler as usize) };
+    if previous == SIG_ERR {
+        return Err(std::io::Error::last_os_error());
+    }
+    if previous != SIG_DFL {
+        // SAFETY: puts back the disposition `signal` just returned, which
+        // was valid for this signal a moment ago (SIG_IGN or a handler the
+        // program installed and still owns).
+        unsafe { signal(signum, previous) };
+    }
+    Ok(())
+}
+
 /// Test-only: the global allocator of the library's unit tests, which counts
 /// what each thread has allocated and not yet freed, so that a test can weigh
 /// the data structure it just built while other tests run beside it.

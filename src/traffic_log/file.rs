@@ -1,29 +1,116 @@
-//! The log file on disk: appended to, owner-only, rotated at a size cap.
+//! The log file on disk: appended to, owner-only, rotated at a size cap,
+//! opened only after checking what was opened, and rotated safely when
+//! several processes write it.
 //!
 //! Only the writer thread touches it, with ordinary blocking writes, so a
 //! slow disk holds up that thread and nothing else.
 //!
-//! Rotation keeps one old file: when the next record would take the file
-//! past the cap, `FILE` is renamed to `FILE.1` (replacing the one before)
-//! and a new `FILE` is started, so the log never takes more than twice the
-//! cap on disk. Records are never split across the two files. Where the
-//! rename fails (on Windows, while another process has `FILE.1` open), the
-//! file is emptied instead: history is lost, the bound is kept.
+//! **Opening.** The log may be asked for in a directory others can write,
+//! by a process running as root, so the path is never trusted: on Unix a
+//! symbolic link at `FILE` is refused, not followed, and the file actually
+//! opened must be a regular file, not our stdout, ours, with one link (see
+//! `unix.rs`). A refused file is left untouched: one warning, no log. The
+//! same checks apply to every later open. `FILE` is opened by name only at
+//! the start and at a rotation: a file renamed, removed or replaced with a
+//! link mid-session does not redirect the records, which go on into the
+//! file held until it is full.
 //!
-//! Several bridges may be given the same file (a CLI that starts a few
-//! sessions with one configuration). Appends from each land whole (each
-//! process writes whole lines to a file opened for appending). Before each
-//! batch the writer checks that `FILE` is still the file it has open
-//! (Unix), so after another process rotated it, it follows to the new
-//! `FILE` instead of writing on into `FILE.1`.
+//! **Rotation** keeps one old file: when the next record would take the
+//! file past the cap, `FILE` is renamed to `FILE.1` (replacing the one
+//! before) and a new `FILE` is started, so the log never takes more than
+//! twice the cap on disk. Records are never split across the two files.
+//!
+//! Several processes may be given the same file (ten bridges of one CLI
+//! with `MCP_BRIDGE_LOG` in their environment, say). Each takes an advisory
+//! lock (`flock`) on the file it holds around every batch, so measuring the
+//! file, writing and rotating are one step to the others. A process rotates
+//! only if the file it holds is still the one at `FILE` (same device and
+//! inode, checked under that lock). If it is not, another process rotated
+//! it first, and this one just opens the new `FILE`. So one full file is
+//! rotated once, and a file is never emptied: where the rename fails (on
+//! Windows, while another process has `FILE.1` open), the log follows a
+//! `FILE` that has room, or else drops its records (counted, one warning)
+//! until a later batch can rotate. It never truncates a file instead, as
+//! that file may be the `FILE.1` another process just made. The lock is
+//! held for one batch's writes; a process stopped while holding it (a
+//! suspended CLI's bridge) stalls the others' writer threads, never their
+//! relays: their records wait, then are dropped and counted, and at exit
+//! the last ones are waited for at most a second, as with a stuck disk.
+//!
+//! **A full disk, or the file size limit** (`RLIMIT_FSIZE`, `ulimit -f`):
+//! a failed write is one warning on stderr, and the records are dropped
+//! and counted. After a full disk, later batches try again. At the file
+//! size limit the log stops for good (the file cannot grow, and every try
+//! would raise `SIGXFSZ` again); `SIGXFSZ` itself is caught on Unix, so it
+//! does not kill the process, and the session goes on without a log.
 
+use std::error::Error;
 use std::ffi::OsString;
+use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::platform;
 use crate::diag;
+
+/// Why a log file was refused after, or instead of, opening it: the inner
+/// error of the `io::Error` that [`LogFile::open`] returns.
+#[derive(Debug)]
+#[cfg_attr(not(unix), allow(dead_code))]
+pub(super) enum Refusal {
+    /// `FILE` is a symbolic link.
+    Symlink,
+    /// `FILE` is not a regular file (what it is).
+    NotRegular(&'static str),
+    /// `FILE` is the file our stdout is.
+    Stdout,
+    /// `FILE` belongs to another user.
+    Owner { owner: u32, us: u32 },
+    /// `FILE` has this many hard links.
+    Links(u64),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Symlink => f.write_str(
+                "it is a symbolic link, which the log never follows (whoever can write its \
+                 directory could point it at any file)",
+            ),
+            Refusal::NotRegular(what) => write!(f, "it is {}, not a regular file", what),
+            Refusal::Stdout => f.write_str(
+                "it is this process's stdout, where records would mix with the relayed messages",
+            ),
+            Refusal::Owner { owner, us } => write!(
+                f,
+                "it belongs to user {}, not to this process's user {} (its owner could read \
+                 the traffic)",
+                owner, us
+            ),
+            Refusal::Links(links) => write!(
+                f,
+                "it has {} hard links (another name for it could be any file of ours)",
+                links
+            ),
+        }
+    }
+}
+
+impl Error for Refusal {}
+
+impl From<Refusal> for io::Error {
+    fn from(refusal: Refusal) -> io::Error {
+        io::Error::new(io::ErrorKind::Other, refusal)
+    }
+}
+
+impl Refusal {
+    /// Whether `error` is a refusal rather than a failed system call.
+    pub(super) fn is(error: &io::Error) -> bool {
+        error.get_ref().map_or(false, |inner| inner.is::<Refusal>())
+    }
+}
 
 /// The open log file and what it needs to rotate.
 #[derive(Debug)]
@@ -32,32 +119,31 @@ pub(super) struct LogFile {
     /// `FILE.1`.
     old: PathBuf,
     file: File,
-    /// A regular file (not a pipe or a device such as `/dev/stderr`):
-    /// only those are measured and rotated.
-    regular: bool,
     max_bytes: u64,
     /// A write failed since the last one that worked: the file may end in
     /// part of a record.
     broken: bool,
-    /// The failure has been reported on stderr (once per file).
+    /// The failure has been reported on stderr (once per log).
     warned: bool,
+    /// The file size limit was reached: nothing more is written.
+    stopped: bool,
 }
 
 impl LogFile {
-    /// Opens (creating, owner-only) `path` for appending.
+    /// Opens (creating, owner-only) `path` for appending, refusing what
+    /// must not be written (see the module docs).
     pub(super) fn open(path: &Path, max_bytes: u64) -> io::Result<LogFile> {
-        let file = platform::open_private(path)?;
-        let regular = file.metadata()?.is_file();
+        let file = open_checked(path)?;
         let mut old = OsString::from(path.as_os_str());
         old.push(".1");
         Ok(LogFile {
             path: path.to_path_buf(),
             old: PathBuf::from(old),
             file,
-            regular,
             max_bytes,
             broken: false,
             warned: false,
+            stopped: false,
         })
     }
 
@@ -65,43 +151,50 @@ impl LogFile {
     /// the cap. Returns how many records were lost to a write error; the
     /// first error is reported on stderr.
     pub(super) fn write(&mut self, batch: &[u8]) -> u64 {
+        if self.stopped {
+            return count_records(batch);
+        }
         let mut rest = batch;
-        match self.write_records(&mut rest) {
+        lock(&self.file);
+        let written = self.write_records(&mut rest);
+        // The file held now: a rotation locked the new one.
+        unlock(&self.file);
+        match written {
             Ok(()) => {
                 self.broken = false;
                 0
             }
             Err(e) => {
+                self.stopped = is_file_too_large(&e);
                 if !self.warned {
                     self.warned = true;
+                    let then = if self.stopped {
+                        "the file size limit (ulimit -f) is reached: the log stops here, \
+                         and the session goes on without it"
+                    } else {
+                        "its records are dropped (and counted) until it can be written again"
+                    };
                     diag::log(format_args!(
-                        "cannot write the traffic log '{}': {}; its records are dropped \
-                         (and counted) until it can be written again",
+                        "cannot write the traffic log '{}': {}; {}",
                         self.path.display(),
-                        e
+                        e,
+                        then
                     ));
                 }
                 self.broken = true;
-                rest.iter().filter(|&&b| b == b'\n').count() as u64
+                count_records(rest)
             }
         }
     }
 
     /// Writes the records in `rest`, advancing it past each one written.
+    /// Called with the file locked.
     fn write_records(&mut self, rest: &mut &[u8]) -> io::Result<()> {
         if self.broken {
             // End the part of a record a failed write may have left, so
             // the next record starts its own line.
             self.file.write_all(b"\n")?;
             self.broken = false;
-        }
-        if !self.regular {
-            self.file.write_all(rest)?;
-            *rest = &[];
-            return Ok(());
-        }
-        if !platform::still_at(&self.file, &self.path) {
-            self.file = platform::open_private(&self.path)?;
         }
         let mut size = self.file.metadata()?.len();
         while !rest.is_empty() {
@@ -113,8 +206,12 @@ impl LogFile {
             let take = if fits > 0 {
                 fits
             } else if size > 0 {
-                self.rotate()?;
-                size = 0;
+                let next = rest
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(rest.len(), |at| at + 1);
+                self.rotate(next as u64)?;
+                size = self.file.metadata()?.len();
                 continue;
             } else {
                 // One record longer than the cap, in an empty file: it goes
@@ -130,12 +227,76 @@ impl LogFile {
         Ok(())
     }
 
-    /// `FILE` becomes `FILE.1`, and a new `FILE` is started.
-    fn rotate(&mut self) -> io::Result<()> {
-        match fs::rename(&self.path, &self.old) {
-            Ok(()) => self.file = platform::open_private(&self.path)?,
-            Err(_) => self.file.set_len(0)?,
-        }
+    /// Moves on from the full file held (locked) to a `FILE` with room for
+    /// a record of `needed` bytes, and locks it: renames `FILE` to `FILE.1`
+    /// and starts a new one if the file held is still `FILE`, or else opens
+    /// the `FILE` another process started after rotating it.
+    fn rotate(&mut self, needed: u64) -> io::Result<()> {
+        let next = if platform::still_at(&self.file, &self.path) {
+            match fs::rename(&self.path, &self.old) {
+                Ok(()) => open_checked(&self.path)?,
+                Err(e) => {
+                    // Not rotated. Another process may have rotated it
+                    // all the same (Windows cannot tell): use a `FILE`
+                    // with room, and never empty one.
+                    let not_rotated = io::Error::new(
+                        e.kind(),
+                        format!("cannot rotate it to '{}': {}", self.old.display(), e),
+                    );
+                    let next = match open_checked(&self.path) {
+                        Ok(next) => next,
+                        Err(_) => return Err(not_rotated),
+                    };
+                    let size = next.metadata()?.len();
+                    if size > 0 && size + needed > self.max_bytes {
+                        return Err(not_rotated);
+                    }
+                    next
+                }
+            }
+        } else {
+            open_checked(&self.path)?
+        };
+        // Another process waiting for the old file's lock finds the new
+        // `FILE` in place when it gets it.
+        unlock(&self.file);
+        lock(&next);
+        self.file = next;
         Ok(())
     }
+}
+
+/// Opens `path` through the platform's checks; on Windows, which only
+/// opens, refuses what is not a regular file (a device such as `NUL`).
+fn open_checked(path: &Path) -> io::Result<File> {
+    let file = platform::open_private(path)?;
+    #[cfg(not(unix))]
+    {
+        if !file.metadata()?.is_file() {
+            return Err(Refusal::NotRegular("not a regular file").into());
+        }
+    }
+    Ok(file)
+}
+
+/// The records in `batch`.
+fn count_records(batch: &[u8]) -> u64 {
+    batch.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+#[cfg(unix)]
+use super::unix::{is_file_too_large, lock, unlock};
+
+/// Windows has no `flock`: rotations by two processes may cross there
+/// (see `still_at` in `windows.rs`), but a file is still never emptied.
+#[cfg(not(unix))]
+fn lock(_file: &File) {}
+
+#[cfg(not(unix))]
+fn unlock(_file: &File) {}
+
+/// Windows has no file size limit of its own.
+#[cfg(not(unix))]
+fn is_file_too_large(_error: &io::Error) -> bool {
+    false
 }

@@ -33,11 +33,31 @@
 //! - **Bounded per message.** Only the first [`LogOptions::message_cap`]
 //!   bytes of a message are kept, then `… (N bytes left out)`.
 //! - **Private.** The file is created owner-only (0600) on Unix, where an
-//!   existing file with a wider mode is narrowed; on Windows it inherits
-//!   its directory's ACL (see `windows.rs`).
-//! - **Optional.** A log that cannot be opened is one warning on stderr
-//!   ([`TrafficLog::open_or_warn`]) and the session goes on without it.
-//!   With no log, the relay holds `None` where a [`LineTap`] would be.
+//!   existing file of ours with a wider mode is narrowed; on Windows it
+//!   inherits its directory's ACL (see `windows.rs`).
+//! - **Never turned against its user.** The log holds tool arguments and
+//!   results, and may be asked for in a directory others can write, by a
+//!   process running as root. So on Unix a symbolic link at `FILE` is
+//!   refused, never followed (`O_NOFOLLOW`), and the file actually opened
+//!   (checked through its descriptor, not its path) must be a regular file
+//!   owned by our effective user, with a single link, and not the file our
+//!   stdout is (`--log /dev/stdout` would put records into the JSON-RPC
+//!   stream). Anything else is refused untouched, with one warning, and the
+//!   session goes on without a log. A directory others could replace the
+//!   file in (another user's; writable by everyone, or by a group not our
+//!   own, without the sticky bit) is one warning, and the log is kept.
+//!   `FILE` is opened by name again only to rotate it, under the same
+//!   checks, so a link swapped in mid-session redirects nothing (`file.rs`).
+//! - **Safe between processes.** Bridges sharing one `FILE` rotate it
+//!   under an advisory lock, only if the file they hold is still the one at
+//!   `FILE`, and never truncate a file (see `file.rs`).
+//! - **Never fatal.** A full disk, or the file size limit (`ulimit -f`;
+//!   `SIGXFSZ` is caught on Unix, so it does not kill the process), is one
+//!   warning, and records are dropped and counted; the relay goes on.
+//! - **Optional.** A log that cannot be opened, or is refused, is one
+//!   warning on stderr ([`TrafficLog::open_or_warn`]) and the session goes
+//!   on without it. With no log, the relay holds `None` where a [`LineTap`]
+//!   would be.
 //!
 //! The relay feeds each chunk it forwards to a [`LineTap`] (one per
 //! direction), which assembles lines and writes one record per message;
@@ -148,8 +168,10 @@ impl LogOptions {
     }
 }
 
-/// The log file could not be opened (or its writer thread not started).
-/// Display names the file; `source()` is the OS error.
+/// The log file could not be opened (or its writer thread not started),
+/// or what was opened was refused (a symbolic link, another user's file,
+/// our stdout...). Display names the file; `source()` is the OS error, or
+/// says why the file was refused.
 #[derive(Debug)]
 pub struct LogError {
     path: PathBuf,
@@ -158,7 +180,12 @@ pub struct LogError {
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot open the traffic log '{}'", self.path.display())
+        let what = if file::Refusal::is(&self.source) {
+            "refusing"
+        } else {
+            "cannot open"
+        };
+        write!(f, "{} the traffic log '{}'", what, self.path.display())
     }
 }
 
@@ -188,14 +215,24 @@ impl fmt::Debug for TrafficLog {
 }
 
 impl TrafficLog {
-    /// Opens `path` for appending (creating it owner-only) and starts its
-    /// writer thread.
+    /// Opens `path` for appending (creating it owner-only), refusing what
+    /// must not be written (see the [module docs](self)), and starts its
+    /// writer thread. A directory others can write is one warning on
+    /// stderr. On Unix, from the first call on, `SIGXFSZ` is caught for the
+    /// whole process (unless it already had a disposition of its own), so
+    /// a file size limit fails a write instead of killing the process.
     pub fn open(path: &Path, options: LogOptions) -> Result<TrafficLog, LogError> {
         let error = |source| LogError {
             path: path.to_path_buf(),
             source,
         };
+        #[cfg(unix)]
+        unix::survive_file_size_limit();
         let file = LogFile::open(path, options.max_file_bytes).map_err(error)?;
+        #[cfg(unix)]
+        if let Some(warning) = unix::directory_warning(path) {
+            diag::log(format_args!("{}", warning));
+        }
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),

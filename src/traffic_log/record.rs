@@ -11,7 +11,7 @@
 //!
 //! What is escaped, and why this way: a message is shown exactly as sent
 //! when it is valid JSON, so it can be copied out and parsed. JSON never
-//! holds a raw control character or invalid UTF-8, so those are the only
+//! holds a raw C0 control character or invalid UTF-8, so those are the
 //! bytes rewritten, each as `\xNN`: a raw `\r` (CRLF framing), NUL,
 //! escape sequences, and every byte that is not part of valid UTF-8. JSON's
 //! own `\n` escapes are two printable characters and stay as they are. A
@@ -19,6 +19,16 @@
 //! event's text, and is shown as `\x0a` there. Backslashes are not doubled,
 //! so the only ambiguity is a line that is not JSON and contains the text
 //! `\x` itself.
+//!
+//! JSON does allow a few characters raw that a terminal or an editor still
+//! takes for control: the C1 controls U+0080-U+009F (U+009B is a CSI, as
+//! good as `ESC [` to many terminals; U+0085 is a line break to some
+//! editors) and U+2028/U+2029 (line and paragraph separators, line breaks
+//! to JavaScript tools and many editors). They are escaped too, byte by
+//! byte like the rest (`\xc2\x9b`, `\xe2\x80\xa8`), so a record can
+//! neither drive the terminal that shows it (`tail -f`) nor look like two
+//! lines. The message is then no longer byte for byte what was sent, but
+//! every `\xNN` still stands for exactly one byte of it.
 
 use std::io::Write;
 use std::str;
@@ -162,46 +172,81 @@ pub(super) fn escape_into(out: &mut Vec<u8>, bytes: &[u8], field: bool, cut: boo
     }
 }
 
-/// Appends valid UTF-8 `text`, escaping control characters (and spaces in a
-/// field). Bytes of multi-byte characters are all >= 0x80, so looking at
-/// single bytes is enough.
-fn escape_text(out: &mut Vec<u8>, mut text: &[u8], field: bool) {
-    let special = |b: u8| b < 0x20 || b == 0x7f || (field && b == b' ');
+/// Appends valid UTF-8 `text`, escaping control characters (C0, DEL, C1,
+/// U+2028 and U+2029; and spaces in a field).
+fn escape_text(out: &mut Vec<u8>, text: &[u8], field: bool) {
     // Nearly every message has nothing to escape: check it eight bytes at
     // a time first (the size-optimised build does not vectorise loops).
-    if !field && !has_control(text) {
+    if !field && !may_need_escape(text) {
         out.extend_from_slice(text);
         return;
     }
-    while let Some(at) = text.iter().position(|&b| special(b)) {
-        out.extend_from_slice(&text[..at]);
-        hex(out, text[at]);
-        text = &text[at + 1..];
+    let mut at = 0;
+    let mut copied = 0;
+    while at < text.len() {
+        let len = escaped_len(text, at, field);
+        if len == 0 {
+            at += 1;
+            continue;
+        }
+        out.extend_from_slice(&text[copied..at]);
+        for &b in &text[at..at + len] {
+            hex(out, b);
+        }
+        at += len;
+        copied = at;
     }
-    out.extend_from_slice(text);
+    out.extend_from_slice(&text[copied..]);
 }
 
-/// Whether `text` holds a control character (below 0x20, or 0x7f), looked
-/// for a word at a time with the "has a byte less than" bit trick: a byte
-/// below `n` (at most 0x80) borrows in `word - n` per byte, setting a high
-/// bit that was clear in `word`.
-fn has_control(text: &[u8]) -> bool {
+/// How many bytes of the character starting at `at` in valid UTF-8 `text`
+/// are escaped: 1 for a C0 control, DEL (and a space in a field), 2 for a
+/// C1 control (`c2 80` to `c2 9f`), 3 for U+2028 and U+2029 (`e2 80 a8`,
+/// `e2 80 a9`), 0 for anything else. In valid UTF-8, 0xc2 and 0xe2 only
+/// ever start a character, so looking at bytes is enough.
+fn escaped_len(text: &[u8], at: usize, field: bool) -> usize {
+    match text[at] {
+        b if b < 0x20 || b == 0x7f => 1,
+        b' ' if field => 1,
+        0xc2 if matches!(text.get(at + 1), Some(&(0x80..=0x9f))) => 2,
+        0xe2 if text.get(at + 1) == Some(&0x80)
+            && matches!(text.get(at + 2), Some(&(0xa8 | 0xa9))) =>
+        {
+            3
+        }
+        _ => 0,
+    }
+}
+
+/// Whether `text` may hold something to escape: a C0 control (below 0x20),
+/// DEL, or 0xc2 or 0xe2 (the first byte of every C1 control and of U+2028
+/// and U+2029, and of many harmless characters, which the exact scan then
+/// passes over). Looked for a word at a time: a byte below `n` (at most
+/// 0x80) borrows in `word - n` per byte, setting a high bit that was clear
+/// in `word`; a byte equal to `v` is a zero byte of `word ^ v`, the only
+/// byte below 1.
+fn may_need_escape(text: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x;
     let mut words = text.chunks_exact(8);
     for word in &mut words {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(word);
         let word = u64::from_le_bytes(bytes);
         let below_space = word.wrapping_sub(ONES * 0x20) & !word;
-        // 0x7f becomes 0, the only byte below 1.
-        let del = word ^ (ONES * 0x7f);
-        let is_del = del.wrapping_sub(ONES) & !del;
-        if (below_space | is_del) & HIGHS != 0 {
+        let found = below_space
+            | has_zero(word ^ (ONES * 0x7f))
+            | has_zero(word ^ (ONES * 0xc2))
+            | has_zero(word ^ (ONES * 0xe2));
+        if found & HIGHS != 0 {
             return true;
         }
     }
-    words.remainder().iter().any(|&b| b < 0x20 || b == 0x7f)
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2)
 }
 
 fn hex(out: &mut Vec<u8>, b: u8) {
@@ -373,23 +418,59 @@ mod tests {
         assert_eq!(escaped(b"a b", true, false).0, r"a\x20b");
     }
 
-    /// The word-at-a-time check finds a control byte at any position and
-    /// of any value, and never one that is not there (high bytes of UTF-8
-    /// included).
+    /// The word-at-a-time check finds a byte that may need escaping at
+    /// any position and of any value, and never one that is not there
+    /// (other high bytes of UTF-8 included).
     #[test]
-    fn control_bytes_are_found_anywhere() {
+    fn bytes_to_escape_are_found_anywhere() {
+        let flagged = |b: u8| b < 0x20 || b == 0x7f || b == 0xc2 || b == 0xe2;
         for len in 0..24 {
             for at in 0..len {
-                for b in (0..0x20).chain([0x7f]) {
+                for b in (0..=0xff).filter(|&b| flagged(b)) {
                     let mut text = vec![b'a'; len];
                     text[at] = b;
-                    assert!(has_control(&text), "{:#x} at {} of {}", b, at, len);
+                    assert!(may_need_escape(&text), "{:#x} at {} of {}", b, at, len);
                 }
             }
-            for b in (0x20..0x7f).chain(0x80..=0xff) {
-                assert!(!has_control(&vec![b; len]), "{:#x} x {}", b, len);
+            for b in (0..=0xff).filter(|&b| !flagged(b)) {
+                assert!(!may_need_escape(&vec![b; len]), "{:#x} x {}", b, len);
             }
         }
+    }
+
+    /// JSON may hold C1 controls and U+2028/U+2029 raw, and a terminal or
+    /// an editor still obeys them: they are escaped like C0, byte by byte,
+    /// in messages and fields alike; the characters around them (other
+    /// two- and three-byte characters starting with 0xc2 and 0xe2) are not.
+    #[test]
+    fn c1_controls_and_unicode_line_breaks_are_escaped() {
+        let mut text = Vec::new();
+        for c in 0x80..=0x9f_u32 {
+            text.extend_from_slice(char::from_u32(c).unwrap().to_string().as_bytes());
+        }
+        let expected: String = (0x80..=0x9f_u32)
+            .map(|c| format!("\\xc2\\x{:02x}", c))
+            .collect();
+        assert_eq!(escaped(&text, false, false).0, expected);
+        assert_eq!(escaped(&text, true, false).0, expected);
+        let json = "{\"t\":\"a\u{2028}b\u{2029}c \u{9b}31m \u{a0}\u{e9}\u{2026}\u{2027}\u{202a}\"}";
+        assert_eq!(
+            escaped(json.as_bytes(), false, false).0,
+            "{\"t\":\"a\\xe2\\x80\\xa8b\\xe2\\x80\\xa9c \\xc2\\x9b31m \u{a0}\u{e9}\u{2026}\u{2027}\u{202a}\"}"
+        );
+        // Long enough for the word-at-a-time check, the control last.
+        let long = format!("{}\u{85}", "x".repeat(40));
+        assert_eq!(
+            escaped(long.as_bytes(), false, false).0,
+            format!("{}\\xc2\\x85", "x".repeat(40))
+        );
+        // And in a record, on one line.
+        let mut out = Vec::new();
+        write_event(&mut out, 0, None, "a\u{2028}b\u{85}c".as_bytes());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "1970-01-01T00:00:00.000000Z event a\\xe2\\x80\\xa8b\\xc2\\x85c\n"
+        );
     }
 
     #[test]
