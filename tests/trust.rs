@@ -154,9 +154,15 @@ impl Listener {
         }
     }
 
+    /// Tells the listener to stop once it has recorded every connection
+    /// made so far.
+    fn stop(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
     /// Stops the listener and returns everything it received.
     fn received(mut self) -> String {
-        drop(self.child.stdin.take());
+        self.stop();
         let out = wait_output(self.child, "the recording listener");
         assert!(
             out.status.success(),
@@ -226,11 +232,20 @@ fn the_recording_listener_records_every_byte_it_is_sent() {
         listen(Path::new(&socket), Path::new(&record));
         return;
     }
-    let setup = Setup::new("trust-listener", rustix::process::geteuid().as_raw());
-    for line in ["one\n", "two\n", "three\n"] {
+    let mut setup = Setup::new("trust-listener", rustix::process::geteuid().as_raw());
+    let send = |line: &str| {
         let mut client = UnixStream::connect(&setup.socket).unwrap();
         client.write_all(line.as_bytes()).unwrap();
-    }
+        client
+    };
+    // The first client stays connected until the listener is told to stop,
+    // so the listener, busy with it, meets the stop with the next two still
+    // queued: it takes the second in its loop, the third while stopping.
+    let first = send("one\n");
+    drop(send("two\n"));
+    drop(send("three\n"));
+    setup.listener.stop();
+    drop(first);
     assert_eq!(setup.received(), "one\ntwo\nthree\n");
 }
 
