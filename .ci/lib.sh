@@ -59,3 +59,32 @@ need_actionlint() {
             --only-binary :all: "$ACTIONLINT_REQUIREMENT"
     fi
 }
+
+# Fills the directory $1 with links to the programs a fresh machine with a
+# Rust toolchain has, and nothing else, and prints a PATH made of it and the
+# directory `cargo` is in (rustup's, or wherever the toolchain lives). The
+# programs: those of Debian's Essential packages (the base system: sh, cat,
+# sleep, cp, mkfifo, setsid...) except perl, which Debian has for its own
+# package scripts but many a Unix lacks; and `cc`, which rustc links with
+# (the compiler driver finds the linker itself, not on PATH). Hidden are
+# socat, shellcheck, Wine, node, python3, git and everything else a CI or
+# developer machine may have, so a test that runs one of them fails.
+rust_and_base_system_path() {
+    local links="$1" toolchain pkg file
+    toolchain="$(dirname "$(command -v cargo)")"
+    mkdir -p "$links"
+    for pkg in $(dpkg-query -W -f='${Package} ${Essential}\n' | awk '$2 == "yes" && $1 != "perl-base" { print $1 }'); do
+        dpkg-query -L "$pkg"
+    done | grep -E '^(/usr)?/s?bin/[^/]+$' | while read -r file; do
+        # The first of two same-named programs wins, as on a PATH.
+        if [ -f "$file" ] && [ -x "$file" ] && [ ! -e "$links/${file##*/}" ]; then
+            ln -s "$file" "$links/${file##*/}"
+        fi
+    done
+    ln -s "$(command -v cc)" "$links/cc"
+    if [ ! -x "$links/sh" ] || [ ! -x "$links/cc" ] || [ ! -x "$toolchain/cargo" ]; then
+        echo "rust_and_base_system_path: no sh, cc or cargo in $links:$toolchain" >&2
+        return 1
+    fi
+    printf '%s:%s\n' "$links" "$toolchain"
+}

@@ -197,10 +197,11 @@ fn shutdown_child_stops_and_reaps_a_child_spawned_elsewhere() {
 #[test]
 fn out_of_order_replies_reach_100_concurrent_requests() {
     smol::block_on(async {
-        // Collects all 100 requests, then answers them last first.
+        // Collects all 100 requests, then answers them last first (the sed
+        // script reverses lines, as GNU tac does; macOS has no tac).
         let script = r#"head -n 100 \
           | sed -n 's/^{"id":\([0-9]*\),.*"params":\(.*\)}$/{"id":\1,"result":\2}/p' \
-          | tac
+          | sed -n '1!G;h;$p'
         cat > /dev/null"#;
         let client = Arc::new(spawn_client(script));
 

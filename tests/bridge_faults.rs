@@ -59,7 +59,7 @@ fn a_dead_writer_ends_the_bridge_while_the_app_is_not_reading() {
     smol::block_on(async {
         let listener = Listener::bind(dir.socket()).unwrap();
         let mut writer = std::process::Command::new("head")
-            .args(["-c", "10M", "/dev/zero"])
+            .args(["-c", "10485760", "/dev/zero"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();

@@ -62,18 +62,25 @@ pub fn is_root() -> bool {
 }
 
 /// The one way a test runs a bridge as user [`NOBODY`]: a command for a
-/// copy of the bridge in `dir`, which that user must be able to enter (a
-/// mode with o+x, such as 0755).
+/// copy of the bridge in `dir` (see [`foreign_command`]).
+pub fn foreign_bridge(dir: &TempDir) -> Command {
+    foreign_command(dir, Path::new(BIN))
+}
+
+/// The one way a test runs a program cargo built (the bridge, or the test
+/// binary itself in a helper role) as user [`NOBODY`]: a command for a copy
+/// of `program` in `dir`, which that user must be able to enter (a mode with
+/// o+x, such as 0755).
 ///
 /// Never the built binary itself: the checkout, and so the build directory,
 /// may sit under a directory that user cannot enter (a 0700 home, a
-/// `mktemp -d`), and the exec would fail before the bridge ran at all.
+/// `mktemp -d`), and the exec would fail before the program ran at all.
 ///
 /// `cp` writes the copy, not this process: the test harness forks from many
 /// threads at once, and a child forked while we held the new file open for
 /// writing would keep that descriptor until its exec, making our own exec of
 /// the copy fail with "Text file busy" (ETXTBSY).
-pub fn foreign_bridge(dir: &TempDir) -> Command {
+pub fn foreign_command(dir: &TempDir, program: &Path) -> Command {
     let mode = fs::metadata(&dir.0).unwrap().permissions().mode();
     assert!(
         mode & 0o001 != 0,
@@ -82,9 +89,14 @@ pub fn foreign_bridge(dir: &TempDir) -> Command {
         mode,
         NOBODY
     );
-    let copy = dir.0.join("mcp-bridge");
-    let status = Command::new("cp").arg(BIN).arg(&copy).status().unwrap();
-    assert!(status.success(), "cp {} failed: {}", BIN, status);
+    let copy = dir.0.join(program.file_name().unwrap());
+    let status = Command::new("cp").arg(program).arg(&copy).status().unwrap();
+    assert!(
+        status.success(),
+        "cp {} failed: {}",
+        program.display(),
+        status
+    );
     fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
     let mut command = Command::new(copy);
     command.uid(NOBODY).gid(NOBODY);
