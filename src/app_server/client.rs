@@ -95,9 +95,14 @@ type Outcome = Result<Value, AppServerError>;
 /// an integer is answered with JSON-RPC's "Invalid Request" error, since it cannot be
 /// answered by its id.
 ///
-/// Every write waits at most the client's request timeout for the child to read it.
-/// Dropping the client stops the reader and kills the child and its process group;
-/// [`shutdown`](Self::shutdown) first asks it to exit.
+/// A response whose `result` or `error` cannot be decoded fails its request at once
+/// with [`AppServerError::UndecodableResponse`]. If the task that routes lines ever
+/// panics, every pending request, and every later one, fails at once.
+///
+/// Every write the caller makes waits at most the client's request timeout for the
+/// child to read it (no limit if it is zero). Dropping the client stops the reader, the
+/// stderr drain and the answering of invalid requests, closes the pipes and kills the
+/// child and its process group; [`shutdown`](Self::shutdown) first asks it to exit.
 pub struct AppServerClient {
     shared: Arc<Shared>,
     incoming: Inbox,
@@ -856,6 +861,8 @@ async fn answer_invalid_requests(shared: Arc<Shared>, rung: Receiver<()>) {
                 return;
             }
             shared.unanswered.fetch_sub(1, Ordering::Relaxed);
+            // A child that reads as fast as it asks never makes the write wait.
+            future::yield_now().await;
         }
     }
 }

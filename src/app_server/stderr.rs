@@ -16,6 +16,9 @@ use crate::wait::{self, StopOnDrop, Stopped};
 /// while a child that logs gigabytes still costs us a fixed amount of memory.
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 
+/// How many bytes are drained before other tasks get a turn: 1 MiB.
+const YIELD_AFTER: usize = 1024 * 1024;
+
 /// The most recent bytes a child wrote to its stderr, kept up to date by a background
 /// task.
 ///
@@ -60,12 +63,22 @@ impl StderrTail {
             let _finishing = finishing;
             let read = async {
                 let mut buffer = vec![0; 16 * 1024];
+                let mut since_yield = 0;
                 loop {
                     match stderr.read(&mut buffer).await {
                         Ok(0) => break,
-                        Ok(n) => push(&bytes, &buffer[..n]),
+                        Ok(n) => {
+                            push(&bytes, &buffer[..n]);
+                            since_yield += n;
+                        }
                         Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => break,
+                    }
+                    // A child that logs without pause always has bytes waiting, so the
+                    // read never waits: let the tasks sharing this thread run.
+                    if since_yield >= YIELD_AFTER {
+                        since_yield = 0;
+                        futures_lite::future::yield_now().await;
                     }
                 }
             };
