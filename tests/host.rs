@@ -549,12 +549,18 @@ fn the_descriptor_limit_leaves_no_litter_and_delays_without_dropping() {
     let (lines, stderr) = watch_stderr(&mut child);
     // The copy tells us when accepting fails; then it waits for a word to free
     // descriptors again.
+    let deadline = Instant::now() + support::HANG_GUARD;
     loop {
-        let line = lines
-            .recv_timeout(support::HANG_GUARD)
-            .expect("the listener logs that it cannot accept");
-        if line.contains("cannot accept connections for now") {
-            break;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("cannot accept connections for now") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                // Shows why, if the copy failed before.
+                passed_alone(child, stderr);
+                panic!("the listener never logged that it cannot accept");
+            }
         }
     }
     io::Write::write_all(child.stdin.as_mut().unwrap(), b"free\n").unwrap();
