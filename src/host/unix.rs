@@ -37,6 +37,19 @@
 //! still the same inode that was probed, and on drop only if it is still our
 //! own, so a listener never deletes another's socket.
 //!
+//! # Leaving nothing behind
+//!
+//! A bind is most likely to fail at the descriptor limit (`EMFILE`), so
+//! cleaning up after one must not need a descriptor: the private directory
+//! is removed by name (`unlink` of its one entry, then `rmdir`), never by a
+//! recursive removal, which opens the directory and would, at the limit,
+//! leave it behind, holding a second link to the live socket when only the
+//! socket's own descriptor was left. The file is removed at drop by the
+//! path it had at bind time, made absolute and with the symbolic links of
+//! its directory resolved then (`realpath`, which opens nothing): a change
+//! of working directory since, or a link in the path pointed elsewhere,
+//! cannot make the drop miss our file (or remove another).
+//!
 //! # The path's length
 //!
 //! A socket address holds at most [`MAX_PATH_BYTES`] bytes of path (107 on
