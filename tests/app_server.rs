@@ -1087,6 +1087,16 @@ fn dropping_a_client_closes_its_pipes_while_an_escaped_grandchild_holds_them() {
             other => panic!("{:?}", other),
         };
         let _grandchild = KillOnDrop(pid);
+        // `$!` is known from the fork on; `setsid` takes it out of the group a little
+        // later, and the drop would still stop it before then.
+        let group = Pid::from_raw(client.process_id().unwrap() as i32);
+        within("the grandchild to leave the group", async {
+            let pid = Pid::from_raw(pid as i32);
+            while rustix::process::getpgid(pid).ok() == group {
+                async_io::Timer::after(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         let pipes = stdio_pipes(pid);
         assert_eq!(held_by_us(&pipes).len(), 3, "the client holds all three");
 
