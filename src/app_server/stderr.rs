@@ -45,7 +45,9 @@ impl StderrTail {
     ///
     /// The task ends when every writer of the pipe has closed it, which is normally
     /// when the child exits, or when every clone of the returned tail has been
-    /// dropped; it then drops `stderr`.
+    /// dropped; it then drops `stderr`. Keep a clone for as long as the child runs:
+    /// once the pipe is closed, the child's next write to its stderr fails (or, if it
+    /// does not ignore `SIGPIPE`, ends it).
     pub fn drain<R>(mut stderr: R) -> StderrTail
     where
         R: AsyncRead + Unpin + Send + 'static,
