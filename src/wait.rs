@@ -27,6 +27,21 @@ pub(crate) async fn timeout<T>(limit: Duration, work: impl Future<Output = T>) -
     .await
 }
 
+/// [`timeout`] for a limit the caller configured, where `Duration::ZERO` means
+/// no limit at all (`work` runs to completion). `Duration::MAX`, and any limit
+/// too far off for an `Instant`, never runs out either: the timer is then
+/// never armed.
+pub(crate) async fn timeout_unless_zero<T>(
+    limit: Duration,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    if limit == Duration::ZERO {
+        Some(work.await)
+    } else {
+        timeout(limit, work).await
+    }
+}
+
 /// The sending side of a stop signal: dropping it (and every clone) fires
 /// the signal. Nothing is ever sent; the drop is the message, so it cannot
 /// be forgotten on any path out of the owner, a panic or an early return
@@ -74,6 +89,22 @@ mod tests {
         smol::block_on(async {
             let never = future::pending::<()>();
             assert_eq!(timeout(Duration::from_millis(10), never).await, None);
+        });
+    }
+
+    #[test]
+    fn a_zero_or_maximal_limit_never_runs_out() {
+        smol::block_on(async {
+            for limit in [Duration::ZERO, Duration::MAX] {
+                let later = async {
+                    Timer::after(Duration::from_millis(20)).await;
+                    7
+                };
+                assert_eq!(timeout_unless_zero(limit, later).await, Some(7));
+            }
+            let never = future::pending::<()>();
+            let short = timeout_unless_zero(Duration::from_millis(10), never).await;
+            assert_eq!(short, None);
         });
     }
 

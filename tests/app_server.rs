@@ -777,3 +777,331 @@ fn a_child_request_with_an_invalid_id_gets_an_invalid_request_error() {
         assert!(client.incoming().is_empty(), "not delivered as requests");
     })
 }
+
+// ---- Issue 21: the library never stalls the app that embeds it ----
+
+/// Longer than [`within`]'s guard: a request that is not failed at once by the behaviour
+/// under test waits this long, so the guard catches it.
+const HOURS: Duration = Duration::from_secs(3600);
+
+/// A child that sends 3000 requests with a `null` id (their "Invalid Request" answers
+/// fill its stdin pipe many times over), says `flooded`, and then never reads again.
+const DEAF_FLOODER: &str = r#"i=0
+while [ $i -lt 3000 ]; do echo '{"id":null,"method":"x"}'; i=$((i+1)); done
+echo '{"method":"flooded"}'
+exec sleep 60"#;
+
+/// A zero (or tiny) timeout once made the task answering invalid requests retry its
+/// write without ever yielding, taking the only thread of smol's global executor from
+/// every client. Now zero means "no timeout", and that task's writes simply wait: an
+/// unrelated client on the same executor is served, and shutdown returns.
+#[test]
+fn a_zero_or_tiny_timeout_never_spins_the_executor() {
+    for timeout in [Duration::ZERO, Duration::from_nanos(1)] {
+        smol::block_on(async {
+            let deaf = AppServerClient::builder()
+                .request_timeout(timeout)
+                .spawn(sh(DEAF_FLOODER), "deaf")
+                .unwrap();
+            let healthy = spawn_client(ECHO_PARAMS);
+            let flooded = next_incoming(&deaf.incoming()).await;
+            assert_eq!(flooded.method(), "flooded", "{:?}", timeout);
+
+            let reply = within("the healthy client's reply", async {
+                healthy.request("echo", json!({"n": 1})).await
+            })
+            .await;
+            assert_eq!(reply.unwrap(), json!({"n": 1}), "{:?}", timeout);
+
+            within("the deaf client's shutdown", deaf.shutdown())
+                .await
+                .unwrap();
+            within("the healthy client's shutdown", healthy.shutdown())
+                .await
+                .unwrap();
+        })
+    }
+}
+
+/// What zero means for a request: no timeout. It waits for the answer, which the child
+/// gives only once told to by a later message, where it once failed at once; a
+/// timeout of `Duration::MAX` waits the same way (no overflowing deadline).
+#[test]
+fn zero_and_maximal_request_timeouts_wait_for_the_answer() {
+    smol::block_on(async {
+        let script = r#"for n in 1 2; do
+          IFS= read -r request; IFS= read -r go
+          printf '{"id":%s,"result":"late"}\n' "$n"
+        done
+        cat > /dev/null"#;
+        let client = AppServerClient::builder()
+            .request_timeout(Duration::ZERO)
+            .spawn(sh(script), "slow")
+            .unwrap();
+        for timeout in [Duration::ZERO, Duration::MAX] {
+            let answer = within("the answer", async {
+                // The request is written first (zip polls it first), then "go".
+                let request = client.request_with_timeout("slow", Value::Null, timeout);
+                let (answer, go) = future::zip(request, client.notify("go", Value::Null)).await;
+                go.unwrap();
+                answer
+            })
+            .await;
+            assert_eq!(answer.unwrap(), json!("late"), "{:?}", timeout);
+        }
+    })
+}
+
+/// Replies that are valid JSON grammar but that serde_json cannot decode fail their
+/// request at once (the envelope's id says which), naming the cause; the connection
+/// goes on.
+#[test]
+fn undecodable_replies_fail_their_request_at_once_naming_the_cause() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let replies = [
+        r#"{"id":1,"result":"\ud83d"}"#.to_string(),
+        r#"{"id":2,"result":1e400}"#.to_string(),
+        format!(r#"{{"id":3,"result":{}}}"#, deep),
+        r#"{"id":4,"error":{"code":-1,"message":"cut \ud83d"}}"#.to_string(),
+        r#"{"id":5,"result":"fine"}"#.to_string(),
+    ];
+    let mut script = String::new();
+    for reply in &replies {
+        script.push_str(&format!(
+            "IFS= read -r request; printf '%s\\n' '{}'\n",
+            reply
+        ));
+    }
+    script.push_str("cat > /dev/null");
+    smol::block_on(async {
+        let client = AppServerClient::builder()
+            .request_timeout(HOURS)
+            .spawn(sh(&script), "garbled")
+            .unwrap();
+        let causes = [
+            ("its `result`: ", "hex escape"),
+            ("its `result`: ", "number out of range"),
+            ("its `result`: ", "it nests more than 127 levels deep"),
+            ("its `error`: ", "hex escape"),
+        ];
+        for (n, cause) in causes.iter().enumerate() {
+            let outcome = within("the undecodable reply", client.request("x", Value::Null)).await;
+            match outcome {
+                Err(AppServerError::UndecodableResponse {
+                    response_id,
+                    cause: got,
+                }) => {
+                    assert_eq!(response_id, RequestId::from(n as i64 + 1));
+                    assert!(
+                        got.starts_with(cause.0) && got.contains(cause.1),
+                        "{:?} for {:?}",
+                        got,
+                        cause
+                    );
+                }
+                other => panic!("reply {} gave {:?}", n + 1, other),
+            }
+        }
+        let fine = within("the last reply", client.request("x", Value::Null)).await;
+        assert_eq!(fine.unwrap(), json!("fine"));
+        assert_eq!(client.invalid_lines(), 0);
+    })
+}
+
+/// `"error":null` beside a `result` is a result; a `null` error alone fails the request
+/// at once.
+#[test]
+fn a_null_error_beside_a_result_is_a_result() {
+    let script = r#"IFS= read -r request
+    printf '%s\n' '{"id":1,"result":{"ok":true},"error":null}'
+    IFS= read -r request
+    printf '%s\n' '{"id":2,"error":null}'
+    cat > /dev/null"#;
+    smol::block_on(async {
+        let client = AppServerClient::builder()
+            .request_timeout(HOURS)
+            .spawn(sh(script), "nullish")
+            .unwrap();
+        let result = within("the result", client.request("x", Value::Null)).await;
+        assert_eq!(result.unwrap(), json!({"ok": true}));
+        let alone = within("the null error", client.request("x", Value::Null)).await;
+        assert!(
+            matches!(alone, Err(AppServerError::UndecodableResponse { .. })),
+            "{:?}",
+            alone
+        );
+    })
+}
+
+/// `usize::MAX` as the line limit (and as the memory limit) means "no limit": it once
+/// overflowed and made the reader refuse every line, or panic.
+#[test]
+fn maximal_limits_accept_every_line() {
+    smol::block_on(async {
+        let mut lines = LineReader::with_max_line_length(
+            Cursor::new(b"one\r\ntwo\nthree".to_vec()),
+            usize::MAX,
+        );
+        for expected in [&b"one"[..], b"two", b"three"] {
+            assert_eq!(lines.next_line().await.unwrap().unwrap(), expected);
+        }
+        assert_eq!(lines.next_line().await.unwrap(), None);
+
+        let client = AppServerClient::builder()
+            .request_timeout(HOURS)
+            .max_line_length(usize::MAX)
+            .max_incoming_memory(usize::MAX)
+            .spawn(sh(ECHO_PARAMS), "unlimited")
+            .unwrap();
+        let reply = within("the reply", client.request("echo", json!([1, 2]))).await;
+        assert_eq!(reply.unwrap(), json!([1, 2]));
+        within("shutdown", client.shutdown()).await.unwrap();
+    })
+}
+
+/// A reader that waits until told, then panics, as a broken stream type of an
+/// embedding app might.
+struct PanickingReader {
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+}
+
+impl futures_lite::io::AsyncRead for PanickingReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        _buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("the test's reader panics on purpose");
+        }
+        *self.waker.lock().unwrap() = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+}
+
+/// A panic in the connection task (here from the reader it was given) fails every
+/// pending request at once, and every later one, instead of leaving them to their
+/// timeout.
+#[test]
+fn a_panic_in_the_connection_task_fails_every_pending_request_at_once() {
+    smol::block_on(async {
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waker = Arc::new(std::sync::Mutex::new(None::<std::task::Waker>));
+        let reader = PanickingReader {
+            armed: armed.clone(),
+            waker: waker.clone(),
+        };
+        let client = AppServerClient::builder()
+            .request_timeout(HOURS)
+            .connect(reader, futures_lite::io::sink());
+        let requests = future::zip(
+            client.request("a", Value::Null),
+            client.request("b", Value::Null),
+        );
+        let trigger = async {
+            // Both requests are registered by their first poll, which came first.
+            future::yield_now().await;
+            armed.store(true, std::sync::atomic::Ordering::SeqCst);
+            // The reader polls at least once before (the task starts at once), so the
+            // waker is there; if not yet, the first poll will see `armed` anyway.
+            if let Some(waker) = waker.lock().unwrap().take() {
+                waker.wake();
+            }
+        };
+        let ((a, b), ()) = within("the pending requests", future::zip(requests, trigger)).await;
+        let later = within("a later request", client.request("c", Value::Null)).await;
+        for outcome in [a, b, later] {
+            match outcome {
+                Err(error @ AppServerError::Io { .. }) => {
+                    assert!(error.to_string().contains("panicked"), "{}", error)
+                }
+                other => panic!("expected the panic's error, got {:?}", other),
+            }
+        }
+    })
+}
+
+/// The pipes (as `pipe:[inode]`) that process `pid` has as stdin, stdout and stderr.
+fn stdio_pipes(pid: u32) -> Vec<String> {
+    (0..3)
+        .map(|fd| {
+            let link = std::fs::read_link(format!("/proc/{}/fd/{}", pid, fd)).unwrap();
+            let link = link.to_string_lossy().into_owned();
+            assert!(link.starts_with("pipe:"), "fd {} is {}", fd, link);
+            link
+        })
+        .collect()
+}
+
+/// Which of `pipes` this process still holds a descriptor of.
+fn held_by_us(pipes: &[String]) -> Vec<String> {
+    let mut held = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        // A descriptor closed meanwhile (another test's) has no link any more.
+        if let Ok(link) = std::fs::read_link(entry.unwrap().path()) {
+            let link = link.to_string_lossy().into_owned();
+            if pipes.contains(&link) {
+                held.push(link);
+            }
+        }
+    }
+    held
+}
+
+/// Kills a process at the end of a test, however it ends.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = Pid::from_raw(self.0 as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Dropping a client closes every pipe it had to its child, its stderr drain's
+/// included, even while a grandchild that escaped the child's process group holds the
+/// other ends open.
+#[test]
+fn dropping_a_client_closes_its_pipes_while_an_escaped_grandchild_holds_them() {
+    // A background job's stdin is /dev/null unless redirected, hence the copy in 3.
+    let script = r#"exec 3<&0
+    setsid sleep 60 <&3 3<&- &
+    printf '{"method":"started","params":{"pid":%s}}\n' "$!"
+    exec cat > /dev/null"#;
+    smol::block_on(async {
+        let client = spawn_client(script);
+        let started = next_incoming(&client.incoming()).await;
+        let pid = match started {
+            Incoming::Notification { params, .. } => params["pid"].as_u64().unwrap() as u32,
+            other => panic!("{:?}", other),
+        };
+        let _grandchild = KillOnDrop(pid);
+        // `$!` is known from the fork on; `setsid` takes it out of the group a little
+        // later, and the drop would still stop it before then.
+        let group = Pid::from_raw(client.process_id().unwrap() as i32);
+        within("the grandchild to leave the group", async {
+            let pid = Pid::from_raw(pid as i32);
+            while rustix::process::getpgid(pid).ok() == group {
+                async_io::Timer::after(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let pipes = stdio_pipes(pid);
+        assert_eq!(held_by_us(&pipes).len(), 3, "the client holds all three");
+
+        drop(client);
+
+        within("the client's pipes to close", async {
+            while !held_by_us(&pipes).is_empty() {
+                async_io::Timer::after(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(
+            is_running(pid),
+            "the grandchild escaped and still holds them"
+        );
+    })
+}

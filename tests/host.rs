@@ -407,3 +407,274 @@ fn another_user_cannot_open_the_socket() {
         assert!(text.contains("permission denied"), "{}", text);
     });
 }
+
+// ---- Issue 21: binding at the descriptor limit, relative paths, symlinks ----
+
+/// Set (to the test's name) in a copy of this test binary that runs one test's body
+/// alone: for tests that change what the whole process shares, its descriptor limit
+/// or working directory, which would disturb every other test running beside them.
+const ALONE: &str = "MCPB_HOST_TEST_ALONE";
+
+/// Whether this process is the copy that runs test `name` alone.
+fn running_alone(name: &str) -> bool {
+    std::env::var(ALONE).map_or(false, |value| value == name)
+}
+
+/// A copy of this test binary that runs only the test `name`, with [`ALONE`] set;
+/// stdin and stderr piped, stdout collected by the caller.
+fn alone(name: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(ALONE, name)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for the copy to finish, and checks that it ran its test and passed;
+/// returns its stderr (where the listener logs).
+fn passed_alone(mut child: std::process::Child, stderr: std::thread::JoinHandle<String>) -> String {
+    let deadline = Instant::now() + 2 * support::HANG_GUARD;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the test running alone hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let stderr = stderr.join().unwrap();
+    assert!(
+        status.success() && stdout.contains("1 passed"),
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        status,
+        stdout,
+        stderr
+    );
+    stderr
+}
+
+/// Collects `child`'s stderr on a thread, sending each line to the returned channel
+/// as it comes.
+fn watch_stderr(
+    child: &mut std::process::Child,
+) -> (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+) {
+    let stderr = child.stderr.take().unwrap();
+    let (lines, receiver) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in io::BufRead::lines(io::BufReader::new(stderr)) {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = lines.send(line);
+        }
+        all
+    });
+    (receiver, thread)
+}
+
+/// Descriptors opened until the process has none left, so that the next
+/// `open`/`socket` fails with EMFILE; dropping one frees exactly one.
+struct Exhaustion(Vec<fs::File>);
+
+impl Exhaustion {
+    /// Lowers the soft descriptor limit to a little above what is open, then opens
+    /// `/dev/null` until no descriptor is left.
+    fn now() -> Exhaustion {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let highest = fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .max()
+            .unwrap();
+        let limit = getrlimit(Resource::Nofile);
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(highest + 1 + 32),
+                maximum: limit.maximum,
+            },
+        )
+        .unwrap();
+        let mut exhaustion = Exhaustion(Vec::new());
+        exhaustion.fill();
+        exhaustion
+    }
+
+    fn fill(&mut self) {
+        loop {
+            match fs::File::open("/dev/null") {
+                Ok(file) => self.0.push(file),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(emfile()), "{}", e);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn free_one(&mut self) {
+        self.0.pop().expect("a descriptor to free");
+    }
+}
+
+fn emfile() -> i32 {
+    rustix::io::Errno::MFILE.raw_os_error()
+}
+
+/// At the descriptor limit: a failed bind leaves no private directory behind; with
+/// exactly one descriptor free the bind succeeds and leaves only the socket (no
+/// second link to it in a private directory); while accepting fails for want of
+/// descriptors, a bridge that connects waits in the kernel's queue and is accepted
+/// once they are free, and the log says that, not that connections were dropped;
+/// and dropping the listener removes its file without needing a descriptor.
+#[test]
+fn the_descriptor_limit_leaves_no_litter_and_delays_without_dropping() {
+    const NAME: &str = "the_descriptor_limit_leaves_no_litter_and_delays_without_dropping";
+    if running_alone(NAME) {
+        return descriptor_limit_alone();
+    }
+    let mut child = alone(NAME);
+    let (lines, stderr) = watch_stderr(&mut child);
+    // The copy tells us when accepting fails; then it waits for a word to free
+    // descriptors again.
+    let deadline = Instant::now() + support::HANG_GUARD;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("cannot accept connections for now") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                // Shows why, if the copy failed before.
+                passed_alone(child, stderr);
+                panic!("the listener never logged that it cannot accept");
+            }
+        }
+    }
+    io::Write::write_all(child.stdin.as_mut().unwrap(), b"free\n").unwrap();
+    let log = passed_alone(child, stderr);
+    assert!(
+        log.contains("cannot accept connections for now: Too many open files")
+            && log.contains("connections wait in the kernel's queue meanwhile"),
+        "{}",
+        log
+    );
+    assert!(
+        log.contains("accepting connections again after")
+            && log.contains("were delayed, not dropped"),
+        "{}",
+        log
+    );
+    assert!(!log.contains("dropped or refused"), "{}", log);
+    assert!(!log.contains("dropped a connection"), "{}", log);
+}
+
+fn descriptor_limit_alone() {
+    // What a process opens once, on first use: the reactor, the executor's threads
+    // and the log's writer thread. An app using smol has them already.
+    smol::block_on(smol::spawn(async_io::Timer::after(Duration::from_millis(
+        1,
+    ))));
+    mcp_bridge::diag::log(format_args!("test: starting at the descriptor limit"));
+    let dir = TempDir::new("emfile", 0o700);
+    // A bridge, started while descriptors are free, that connects when told.
+    let mut bridge = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"read go && exec "$0" mcp-server --no-reconnect --endpoint "$1" --project p --requester at-the-limit"#)
+        .arg(support::BIN)
+        .arg(dir.socket())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut go = bridge.stdin.take().unwrap();
+
+    let mut exhaustion = Exhaustion::now();
+    let e = Listener::bind(dir.socket()).unwrap_err();
+    assert_eq!(e.io_error().raw_os_error(), Some(emfile()), "{}", e);
+    exhaustion.free_one();
+    assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
+
+    // Exactly one descriptor free: the socket's.
+    let listener = Listener::bind(dir.socket()).unwrap();
+    exhaustion.free_one();
+    assert_eq!(dir.entries(), ["app.sock"]);
+    assert_eq!(fs::symlink_metadata(dir.socket()).unwrap().nlink(), 1);
+    exhaustion.fill();
+
+    // None free: the bridge connects, and waits in the kernel's queue.
+    io::Write::write_all(&mut go, b"go\n").unwrap();
+    let mut word = String::new();
+    io::stdin().read_line(&mut word).unwrap();
+    assert_eq!(word, "free\n");
+    drop(exhaustion);
+    let connection = smol::block_on(accept(&listener));
+    assert_eq!(connection.handshake.requester, "at-the-limit");
+
+    // Removing the file needs no descriptor.
+    let mut exhaustion = Exhaustion::now();
+    drop(listener);
+    exhaustion.free_one();
+    assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
+    drop(exhaustion);
+    drop(connection);
+    drop(go);
+    let _ = bridge.kill();
+    bridge.wait().unwrap();
+    mcp_bridge::diag::flush(support::HANG_GUARD);
+}
+
+/// A relative endpoint is removed at drop even after the working directory changed.
+#[test]
+fn a_relative_endpoint_is_removed_after_a_change_of_directory() {
+    const NAME: &str = "a_relative_endpoint_is_removed_after_a_change_of_directory";
+    if !running_alone(NAME) {
+        let mut child = alone(NAME);
+        let (_lines, stderr) = watch_stderr(&mut child);
+        passed_alone(child, stderr);
+        return;
+    }
+    let dir = TempDir::new("relative", 0o700);
+    std::env::set_current_dir(&dir.0).unwrap();
+    let listener = Listener::bind("app.sock").unwrap();
+    assert_eq!(dir.entries(), ["app.sock"]);
+    std::env::set_current_dir("/").unwrap();
+    drop(listener);
+    assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
+}
+
+/// An endpoint reached through a symbolic link is removed at drop even after the
+/// link was pointed elsewhere, and the file now at the path is left alone.
+#[test]
+fn an_endpoint_behind_a_retargeted_link_is_removed() {
+    let dir = TempDir::new("retarget", 0o700);
+    let (first, second, link) = (dir.0.join("a"), dir.0.join("b"), dir.0.join("link"));
+    fs::create_dir(&first).unwrap();
+    fs::create_dir(&second).unwrap();
+    std::os::unix::fs::symlink(&first, &link).unwrap();
+    let listener = Listener::bind(link.join("app.sock")).unwrap();
+    assert!(first.join("app.sock").exists());
+
+    fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&second, &link).unwrap();
+    fs::write(second.join("app.sock"), b"someone else's").unwrap();
+    drop(listener);
+    assert_eq!(fs::read_dir(&first).unwrap().count(), 0, "left behind");
+    assert_eq!(
+        fs::read(second.join("app.sock")).unwrap(),
+        b"someone else's"
+    );
+}

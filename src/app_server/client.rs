@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use smol::channel::{self, Receiver, Sender};
 use smol::Task;
 
-use super::envelope::decoded_size;
+use super::envelope::{decoded_size, MAX_DEPTH};
 use super::inbox::{inbox, InboxSender};
 use super::message::{compose, Message};
 use super::{
@@ -95,9 +95,14 @@ type Outcome = Result<Value, AppServerError>;
 /// an integer is answered with JSON-RPC's "Invalid Request" error, since it cannot be
 /// answered by its id.
 ///
-/// Every write waits at most the client's request timeout for the child to read it.
-/// Dropping the client stops the reader and kills the child and its process group;
-/// [`shutdown`](Self::shutdown) first asks it to exit.
+/// A response whose `result` or `error` cannot be decoded fails its request at once
+/// with [`AppServerError::UndecodableResponse`]. If the task that routes lines ever
+/// panics, every pending request, and every later one, fails at once.
+///
+/// Every write the caller makes waits at most the client's request timeout for the
+/// child to read it (no limit if it is zero). Dropping the client stops the reader, the
+/// stderr drain and the answering of invalid requests, closes the pipes and kills the
+/// child and its process group; [`shutdown`](Self::shutdown) first asks it to exit.
 pub struct AppServerClient {
     shared: Arc<Shared>,
     incoming: Inbox,
@@ -120,6 +125,13 @@ impl ClientBuilder {
     /// How long [`AppServerClient::request`] waits for a response, including the time to
     /// write the request, and how long any other write (a notification, an answer) may
     /// wait for the child to read it. Defaults to [`STARTUP_TIMEOUT`].
+    ///
+    /// `Duration::ZERO` means no timeout: a request waits for its response, and a write
+    /// for the child to read it, for as long as the child lives (its exit still fails
+    /// every request at once). `Duration::MAX` (or any timeout too far off to be a
+    /// point in time) means the same. The client's own answers to the child's invalid
+    /// requests are never bounded by it: they wait for the child to read, without
+    /// holding up anything but later writes.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -129,6 +141,10 @@ impl ClientBuilder {
     /// [`MAX_LINE_LENGTH`]. A longer line ends the connection with
     /// [`AppServerError::LineTooLong`], as the message it held, possibly a response, is
     /// lost.
+    ///
+    /// `usize::MAX` accepts lines of any length (the memory limit below still refuses a
+    /// message too large to decode, but the line itself is buffered whole); `0` accepts
+    /// only empty lines, so the first message ends the connection.
     pub fn max_line_length(mut self, limit: usize) -> Self {
         self.max_line_length = limit;
         self
@@ -139,6 +155,9 @@ impl ClientBuilder {
     /// decoded message may hold. Defaults to [`MAX_INCOMING_MEMORY`], which explains how
     /// it is measured. Exceeding it ends the connection with
     /// [`AppServerError::IncomingFull`] or [`AppServerError::MessageTooLarge`].
+    ///
+    /// `usize::MAX` means no limit; `0` refuses every message, so the first one ends
+    /// the connection.
     pub fn max_incoming_memory(mut self, limit: usize) -> Self {
         self.max_incoming_memory = limit;
         self
@@ -198,7 +217,6 @@ impl ClientBuilder {
             next_id: AtomicI64::new(1),
             invalid_lines: AtomicU64::new(0),
             jsonrpc_version: self.jsonrpc_version,
-            write_timeout: self.request_timeout,
             stderr,
             unanswered: AtomicUsize::new(0),
             doorbell,
@@ -206,7 +224,12 @@ impl ClientBuilder {
         let (queue, incoming) = inbox(self.max_incoming_memory);
         let lines = LineReader::with_max_line_length(reader, self.max_line_length);
         let exited = child.as_ref().map(GroupChild::exited);
-        let connection = smol::spawn(run_connection(shared.clone(), lines, queue, exited));
+        let connection = smol::spawn(run_connection(
+            EndOnDrop(shared.clone()),
+            lines,
+            queue,
+            exited,
+        ));
         let answers = smol::spawn(answer_invalid_requests(shared.clone(), rung));
         AppServerClient {
             shared,
@@ -251,6 +274,7 @@ impl AppServerClient {
     /// # Errors
     ///
     /// [`AppServerError::ErrorResponse`] if the child answered with an error,
+    /// [`AppServerError::UndecodableResponse`] if its answer cannot be decoded,
     /// [`AppServerError::ProcessTerminated`] if it exited first,
     /// [`AppServerError::Timeout`] if it took too long, [`AppServerError::Io`] if the
     /// request could not be written, and the error that ended the connection if one
@@ -261,7 +285,8 @@ impl AppServerClient {
     }
 
     /// Like [`request`](Self::request), with its own timeout: [`TURN_TIMEOUT`] for a
-    /// whole agent turn, say.
+    /// whole agent turn, say. `Duration::ZERO` and `Duration::MAX` mean no timeout, as
+    /// for [`ClientBuilder::request_timeout`].
     ///
     /// [`TURN_TIMEOUT`]: super::TURN_TIMEOUT
     ///
@@ -303,7 +328,7 @@ impl AppServerClient {
             }
             answer.await
         };
-        match wait::timeout(timeout, exchange).await {
+        match wait::timeout_unless_zero(timeout, exchange).await {
             Some(outcome) => outcome,
             None => Err(AppServerError::Timeout {
                 response_id: id.clone(),
@@ -439,8 +464,6 @@ struct Shared {
     next_id: AtomicI64,
     invalid_lines: AtomicU64,
     jsonrpc_version: bool,
-    /// The bound on a write that has no request timeout of its own.
-    write_timeout: Duration,
     stderr: Option<StderrTail>,
     /// How many invalid requests from the child still await their "Invalid Request"
     /// answer. A count suffices, since all those answers are the same line.
@@ -481,9 +504,13 @@ impl Shared {
         }
     }
 
-    /// Fails every pending request, and every later one, with `error`.
+    /// Fails every pending request, and every later one, with `error`, unless the
+    /// connection has already ended (the first reason stays).
     fn end(&self, error: AppServerError) {
         let mut pending = self.lock_pending();
+        if pending.ended.is_some() {
+            return;
+        }
         for (_, sender) in pending.waiting.drain() {
             let _ = sender.try_send(Err(error.replicate()));
         }
@@ -513,11 +540,11 @@ impl Shared {
         self.outbox.lock().await.send(line).await
     }
 
-    /// Sends `message`, waiting at most `limit` for the writer and for the child to
-    /// read it. A line left half written stays in the outbox and is finished by the
+    /// Sends `message`, waiting at most `limit` (no limit if zero) for the writer and
+    /// for the child to read it. A line left half written stays in the outbox and is finished by the
     /// next write, so the stream never carries a broken message.
     async fn send_within(&self, message: &Value, limit: Duration) -> Result<(), AppServerError> {
-        match wait::timeout(limit, self.send(message)).await {
+        match wait::timeout_unless_zero(limit, self.send(message)).await {
             Some(sent) => sent,
             None => Err(AppServerError::WriteTimeout { timeout: limit }),
         }
@@ -584,17 +611,38 @@ impl Outbox {
     }
 }
 
+/// Ends the connection when the connection task ends, however it ends.
+///
+/// The task ends it itself with the reason once the child's stdout ends; this covers the
+/// other ways out. A panic while routing (a reader given to
+/// [`ClientBuilder::connect`] that panics, say) unwinds into the executor, which drops
+/// the task's future, and with it this guard: every pending request then fails at once
+/// instead of waiting out its timeout, and later ones fail at once too. (Cancellation,
+/// when the client is dropped, ends it as well, with nobody left waiting.)
+struct EndOnDrop(Arc<Shared>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        let stopped = io::Error::new(
+            io::ErrorKind::Other,
+            "the task routing the child's messages stopped unexpectedly (it panicked)",
+        );
+        self.0.end(AppServerError::io(IoStep::ReadStdout, stopped));
+    }
+}
+
 /// The connection task: routes every line from the child until its stdout ends or the
 /// child exits, then fails whatever is still pending with the reason.
 async fn run_connection<E>(
-    shared: Arc<Shared>,
+    guard: EndOnDrop,
     mut lines: LineReader<Reader>,
     queue: InboxSender,
     exited: Option<E>,
 ) where
     E: Future<Output = io::Result<ExitStatus>>,
 {
-    let read = read_until_closed(&shared, &mut lines, &queue);
+    let shared = &guard.0;
+    let read = read_until_closed(shared, &mut lines, &queue);
     futures_lite::pin!(read);
     let mut ended = match exited {
         None => read.await,
@@ -619,7 +667,8 @@ async fn run_connection<E>(
         ended = ended.with_stderr_tail(stderr);
     }
     shared.end(ended);
-    // Dropping `queue` now closes `incoming` once it is drained.
+    // Dropping `queue` now closes `incoming` once it is drained; `guard` finds the
+    // connection ended.
 }
 
 /// Routes lines until stdout ends or a line ends the connection; returns why it ended.
@@ -681,27 +730,20 @@ impl Routed {
                 if !shared.is_waiting(&id) {
                     return Ok(Routed::Late);
                 }
-                let outcome = match outcome {
-                    Ok(result) => decode(result, limit)?.map(|(result, _)| Ok(result)),
-                    Err(error) => decode(error, limit)?
-                        .map(|(error, _)| Err(AppServerError::from_error_object(&error))),
-                };
-                match outcome {
-                    Some(outcome) => Routed::Response(id, outcome),
-                    None => Routed::Invalid,
-                }
+                let outcome = response_outcome(&id, outcome, limit)?;
+                Routed::Response(id, outcome)
             }
             Some(Message::Notification { method, params }) => match decode_params(params, limit)? {
-                Some((params, size)) => {
+                Ok((params, size)) => {
                     Routed::Incoming(Incoming::Notification { method, params }, size)
                 }
-                None => Routed::Invalid,
+                Err(_) => Routed::Invalid,
             },
             Some(Message::Request { id, method, params }) => match decode_params(params, limit)? {
-                Some((params, size)) => {
+                Ok((params, size)) => {
                     Routed::Incoming(Incoming::Request { id, method, params }, size)
                 }
-                None => Routed::Invalid,
+                Err(_) => Routed::Invalid,
             },
         };
         Ok(routed)
@@ -725,37 +767,82 @@ impl Routed {
     }
 }
 
-/// Decodes the JSON text of a member if its decoded form fits in `limit`: `None` if it
-/// cannot be decoded (nested too deep, a number out of range).
+/// What a response to request `id` means for it: its decoded `result`, the error its
+/// `error` member describes, or [`AppServerError::UndecodableResponse`] saying why it
+/// cannot be decoded. Its id says which request it answers, so that request fails at
+/// once rather than wait out its timeout for an answer that already came.
+///
+/// # Errors
+///
+/// [`AppServerError::MessageTooLarge`] if the member does not fit in `limit`, which
+/// ends the connection.
+fn response_outcome(
+    id: &RequestId,
+    outcome: Result<&str, &str>,
+    limit: usize,
+) -> Result<Outcome, AppServerError> {
+    let undecodable = |cause: String| {
+        Err(AppServerError::UndecodableResponse {
+            response_id: id.clone(),
+            cause,
+        })
+    };
+    Ok(match outcome {
+        Ok(result) => match decode(result, limit)? {
+            Ok((result, _)) => Ok(result),
+            Err(cause) => undecodable(format!("its `result`: {}", cause)),
+        },
+        Err("null") => undecodable("its `error` is null and it has no `result`".to_string()),
+        Err(error) => match decode(error, limit)? {
+            Ok((error, _)) => Err(AppServerError::from_error_object(&error)),
+            Err(cause) => undecodable(format!("its `error`: {}", cause)),
+        },
+    })
+}
+
+/// Decodes the JSON text of a member if its decoded form fits in `limit`, with its
+/// decoded size; `Err` with the reason if it cannot be decoded (nested too deep, a
+/// number out of range, a lone surrogate).
 ///
 /// # Errors
 ///
 /// [`AppServerError::MessageTooLarge`] if it does not fit.
-fn decode(text: &str, limit: usize) -> Result<Option<(Value, usize)>, AppServerError> {
+fn decode(text: &str, limit: usize) -> Result<Result<(Value, usize), String>, AppServerError> {
     let size = match decoded_size(text, limit) {
         Some(size) => size,
-        None => return Ok(None),
+        None => {
+            let cause = format!("it nests more than {} levels deep", MAX_DEPTH);
+            return Ok(Err(cause));
+        }
     };
     if size > limit {
         return Err(AppServerError::MessageTooLarge { limit });
     }
-    Ok(serde_json::from_str(text).ok().map(|value| (value, size)))
+    Ok(serde_json::from_str(text)
+        .map(|value| (value, size))
+        .map_err(|error| error.to_string()))
 }
 
 /// [`decode`] for a `params` member, which may be absent.
 fn decode_params(
     text: Option<&str>,
     limit: usize,
-) -> Result<Option<(Value, usize)>, AppServerError> {
+) -> Result<Result<(Value, usize), String>, AppServerError> {
     match text {
         Some(text) => decode(text, limit),
-        None => Ok(Some((Value::Null, 0))),
+        None => Ok(Ok((Value::Null, 0))),
     }
 }
 
 /// The answering task: writes one "Invalid Request" error (with a `null` id) for each
 /// request from the child that had an invalid id. It writes apart from the reader, so
 /// that a child that does not read its stdin can never stall the routing of responses.
+///
+/// Its writes have no time limit: a write that timed out could only be tried again,
+/// and a loop of attempts whose deadline had already passed (a zero or tiny timeout)
+/// would never yield, taking the executor thread from every task that shares it. A
+/// write waiting for the child to read costs nothing while it waits; the client's
+/// shutdown or drop cancels it.
 async fn answer_invalid_requests(shared: Arc<Shared>, rung: Receiver<()>) {
     let answer = compose(
         shared.jsonrpc_version,
@@ -769,15 +856,13 @@ async fn answer_invalid_requests(shared: Arc<Shared>, rung: Receiver<()>) {
     );
     while rung.recv().await.is_ok() {
         while shared.unanswered.load(Ordering::Relaxed) > 0 {
-            match shared.send_within(&answer, shared.write_timeout).await {
-                Ok(()) => {
-                    shared.unanswered.fetch_sub(1, Ordering::Relaxed);
-                }
-                // Not reading yet: try again, each attempt bounded.
-                Err(AppServerError::WriteTimeout { .. }) => {}
-                // Its stdin is gone, and with it anyone to answer.
-                Err(_) => return,
+            // An error means its stdin is gone, and with it anyone to answer.
+            if shared.send(&answer).await.is_err() {
+                return;
             }
+            shared.unanswered.fetch_sub(1, Ordering::Relaxed);
+            // A child that reads as fast as it asks never makes the write wait.
+            future::yield_now().await;
         }
     }
 }

@@ -101,7 +101,7 @@ pub(crate) fn request_id(text: &str) -> Option<RequestId> {
 /// The deepest nesting serde_json decodes into a `Value` (its recursion limit of 128
 /// fails on the 128th level); [`decoded_size`] gives up beyond it, since decoding
 /// would fail anyway.
-const MAX_DEPTH: usize = 127;
+pub(crate) const MAX_DEPTH: usize = 127;
 
 /// What each heap allocation may cost beyond the bytes asked for: the allocator's
 /// header and rounding (16-byte steps and a 32-byte minimum for glibc's malloc).

@@ -90,6 +90,19 @@ pub enum AppServerError {
         data: Option<Value>,
     },
 
+    /// The child answered the request, but its `result` (or `error`) cannot be decoded
+    /// into a `serde_json::Value`: a lone surrogate such as `"\ud83d"` (valid JSON
+    /// grammar, which `JSON.stringify` writes for an emoji cut in half), a number out of
+    /// `f64`'s range such as `1e400`, nesting deeper than serde_json's 128 levels, or an
+    /// `error` of `null` without a `result`. The request fails at once; the connection
+    /// goes on.
+    UndecodableResponse {
+        /// The id of the request the response answered.
+        response_id: RequestId,
+        /// Why it could not be decoded.
+        cause: String,
+    },
+
     /// The child wrote a line longer than the configured limit; the connection ends,
     /// since the message it held (possibly a response) is lost.
     LineTooLong {
@@ -249,6 +262,12 @@ impl AppServerError {
                 message: message.clone(),
                 data: data.clone(),
             },
+            AppServerError::UndecodableResponse { response_id, cause } => {
+                AppServerError::UndecodableResponse {
+                    response_id: response_id.clone(),
+                    cause: cause.clone(),
+                }
+            }
             AppServerError::LineTooLong { limit } => AppServerError::LineTooLong { limit: *limit },
             AppServerError::MessageTooLarge { limit } => {
                 AppServerError::MessageTooLarge { limit: *limit }
@@ -291,6 +310,11 @@ impl fmt::Display for AppServerError {
             AppServerError::ErrorResponse { code, message, .. } => {
                 write!(f, "App-server returned error {}: {}", code, message)
             }
+            AppServerError::UndecodableResponse { response_id, cause } => write!(
+                f,
+                "App-server response `{}` could not be decoded: {}",
+                response_id, cause
+            ),
             AppServerError::LineTooLong { limit } => write!(
                 f,
                 "App-server wrote a line longer than the {} byte limit",
@@ -357,6 +381,10 @@ mod tests {
                 timeout: Duration::from_secs(300),
             },
             AppServerError::from_error_object(&serde_json::json!({"code": -1, "message": "no"})),
+            AppServerError::UndecodableResponse {
+                response_id: RequestId::from(3),
+                cause: "number out of range at line 1 column 5".to_string(),
+            },
             AppServerError::LineTooLong { limit: 10 },
             AppServerError::MessageTooLarge { limit: 10 },
             AppServerError::IncomingFull { limit: 10 },

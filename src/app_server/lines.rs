@@ -45,6 +45,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// Reads lines from `reader`, refusing any longer than `limit` bytes (not counting
     /// the line ending).
+    ///
+    /// `usize::MAX` accepts lines of any length (memory is then the only bound); `0`
+    /// accepts only empty lines.
     pub fn with_max_line_length(reader: R, limit: usize) -> Self {
         LineReader {
             reader: BufReader::new(reader),
@@ -87,7 +90,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             if !self.skipping {
                 // One byte over the limit is tolerated until the line ends, in case it is
                 // the `\r` of a `\r\n`, which does not count.
-                if self.line.len() + chunk.len() > self.limit + 1 {
+                // Saturating: a limit of `usize::MAX` means no limit, not an overflow.
+                if self.line.len() + chunk.len() > self.limit.saturating_add(1) {
                     too_long = true;
                 } else {
                     self.line.extend_from_slice(chunk);
@@ -178,6 +182,17 @@ mod tests {
             Err("App-server wrote a line longer than the 8 byte limit".to_string())
         );
         assert_eq!(lines[2], Ok(b"after".to_vec()));
+    }
+
+    #[test]
+    fn the_largest_limit_accepts_every_line() {
+        let lines = read_all(b"one\r\ntwo\nthree", usize::MAX);
+        let expected: Vec<Result<Vec<u8>, String>> = vec![
+            Ok(b"one".to_vec()),
+            Ok(b"two".to_vec()),
+            Ok(b"three".to_vec()),
+        ];
+        assert_eq!(lines, expected);
     }
 
     #[test]

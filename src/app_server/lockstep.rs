@@ -5,12 +5,20 @@
 
 use std::time::Duration;
 
+use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use serde_json::Value;
 
 use super::envelope::{request_id, Envelope};
 use super::{AppServerError, IoStep, LineReader, RequestId};
 use crate::wait;
+
+/// How much skipping (line bytes, plus [`LINE_COST`] per line) is done before other
+/// tasks get a turn: 1 MiB, as in the client's reader.
+const YIELD_AFTER: usize = 1024 * 1024;
+
+/// What skipping one line costs beyond its bytes, in the same units.
+const LINE_COST: usize = 1024;
 
 /// Writes `payload` to `stdin` as one compact JSON line ending in `\n`, and flushes.
 ///
@@ -48,7 +56,8 @@ where
 /// # Errors
 ///
 /// [`AppServerError::ProcessTerminated`] at end of stream, [`AppServerError::Timeout`]
-/// after `timeout`, and the errors of [`LineReader::next_line`]. The termination and
+/// after `timeout` (never if it is `Duration::ZERO` or `Duration::MAX`: zero means no
+/// timeout), and the errors of [`LineReader::next_line`]. The termination and
 /// timeout errors have an empty stderr tail; add it with
 /// [`AppServerError::with_stderr_tail`].
 pub async fn wait_for_response_line<R>(
@@ -60,11 +69,19 @@ where
     R: AsyncRead + Unpin,
 {
     let wait = async {
+        let mut since_yield = 0usize;
         loop {
             let line = match lines.next_line().await? {
                 Some(line) => line,
                 None => return Err(AppServerError::terminated()),
             };
+            // A child that floods lines we skip would otherwise keep this loop from
+            // ever returning to the executor: every read finds data waiting.
+            since_yield += line.len() + LINE_COST;
+            if since_yield >= YIELD_AFTER {
+                since_yield = 0;
+                future::yield_now().await;
+            }
             if answers(&line, response_id) {
                 // The envelope was read, so the line is valid UTF-8.
                 if let Ok(line) = String::from_utf8(line) {
@@ -73,7 +90,7 @@ where
             }
         }
     };
-    match wait::timeout(timeout, wait).await {
+    match wait::timeout_unless_zero(timeout, wait).await {
         Some(outcome) => outcome,
         None => Err(AppServerError::Timeout {
             response_id: response_id.clone(),

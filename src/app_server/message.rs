@@ -156,7 +156,12 @@ impl<'a> Message<'a> {
             });
         }
         let id = request_id(envelope.id?)?;
+        // A `null` error beside a result is how some servers say "no error" (JSON-RPC
+        // asks for one member or the other, but a serializer with both fields
+        // optional writes both): it is a result. A `null` error alone stays an error
+        // outcome, so that the request it answers still fails at once.
         let outcome = match (envelope.error, envelope.result) {
+            (Some("null"), Some(result)) => Ok(result),
             (Some(error), _) => Err(error),
             (None, Some(result)) => Ok(result),
             (None, None) => return None,
@@ -259,7 +264,21 @@ mod tests {
 
     #[test]
     fn classify_sorts_every_shape() {
-        let cases: [(&[u8], Option<Message<'_>>); 6] = [
+        let cases: [(&[u8], Option<Message<'_>>); 8] = [
+            (
+                br#"{"id":1,"result":{"ok":true},"error":null}"#,
+                Some(Message::Response {
+                    id: RequestId::Integer(1),
+                    outcome: Ok(r#"{"ok":true}"#),
+                }),
+            ),
+            (
+                br#"{"id":1,"error":null}"#,
+                Some(Message::Response {
+                    id: RequestId::Integer(1),
+                    outcome: Err("null"),
+                }),
+            ),
             (
                 br#"{"method":"turn/started","params":{"n":1}}"#,
                 Some(Message::Notification {

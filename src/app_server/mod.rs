@@ -22,13 +22,26 @@
 //!   by default) is refused before it is decoded, and the messages waiting to be
 //!   received hold at most that much together; exceeding a limit ends the connection
 //!   with an error naming it, so the routing of responses never waits for the caller;
-//! - every write is bounded in time, so a child that stops reading cannot block a
-//!   notification or an answer for ever;
+//! - every write the caller makes is bounded by the request timeout, so a child that
+//!   stops reading cannot block a notification or an answer for ever, and no loop of
+//!   the client can run without returning to the executor (a child that floods a pipe,
+//!   or a write retried against a timeout that has passed), so one child can never
+//!   stall the other tasks of the app;
+//! - a response that cannot be decoded (a lone surrogate, `1e400`, nesting too deep)
+//!   fails the request it answers at once, with the reason;
 //! - a request from the child whose id is invalid gets JSON-RPC's "Invalid Request"
 //!   error rather than silence;
 //! - it runs in a process group of its own ([`crate::process`]), and shutting it down
 //!   closes stdin, then sends SIGTERM to the group, then SIGKILL, and always reaps, so
-//!   neither it nor a helper it started is left behind.
+//!   neither it nor a helper it started is left behind; dropping the client stops
+//!   every task it started and closes every pipe, even one a helper that left the
+//!   group keeps open.
+//!
+//! # Zero and maximal settings
+//!
+//! A timeout of `Duration::ZERO` means no timeout, as does `Duration::MAX`; a size
+//! limit of `usize::MAX` means no limit, and `0` refuses everything. Each setting's
+//! documentation says what its extremes do.
 //!
 //! For callers that drive the stdio by hand, one exchange at a time: [`spawn_app_server`]
 //! (the spawning the client does), the lockstep helpers [`write_json_line`] and

@@ -18,7 +18,10 @@ pub struct AppServerProcess {
     pub stdin: ChildStdin,
     /// Where responses and notifications come from.
     pub stdout: ChildStdout,
-    /// The last bytes of the child's stderr, which is drained in the background.
+    /// The last bytes of the child's stderr, which is drained in the background for
+    /// as long as this tail (or a clone of it) is kept: keep it while the child runs.
+    /// Dropping every clone stops the draining and closes the pipe, so that nothing
+    /// outlives its owner, even while a grandchild holds the pipe open.
     pub stderr: StderrTail,
 }
 

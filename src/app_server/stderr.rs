@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use futures_lite::io::{AsyncRead, AsyncReadExt};
 
-use crate::wait::{self, Stopped};
+use crate::wait::{self, StopOnDrop, Stopped};
 
 /// How much of a child's stderr is kept: the last 64 KiB.
 ///
 /// Enough for a panic message with its backtrace, or the last few hundred log lines,
 /// while a child that logs gigabytes still costs us a fixed amount of memory.
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+/// How many bytes are drained before other tasks get a turn: 1 MiB.
+const YIELD_AFTER: usize = 1024 * 1024;
 
 /// The most recent bytes a child wrote to its stderr, kept up to date by a background
 /// task.
@@ -23,39 +26,65 @@ pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 /// on its next log line. [`spawn_app_server`](super::spawn_app_server)
 /// therefore reads stderr continuously from the moment of spawning, discarding all but
 /// the last [`STDERR_TAIL_BYTES`]. Clones share the same buffer.
+///
+/// The draining stops when the pipe ends, or when the last clone is dropped, whichever
+/// comes first: a grandchild that escaped its group and inherited the pipe may keep it
+/// open for as long as it lives, and nobody could read what a drain kept after that.
 #[derive(Clone)]
 pub struct StderrTail {
     bytes: Arc<Mutex<VecDeque<u8>>>,
     /// Fires when the drain task reaches end of file.
     finished: Stopped,
+    /// Held by every clone; when the last one goes, the drain task stops and closes
+    /// the pipe.
+    _draining: StopOnDrop,
 }
 
 impl StderrTail {
     /// Starts draining `stderr` on smol's global executor.
     ///
     /// The task ends when every writer of the pipe has closed it, which is normally
-    /// when the child exits.
+    /// when the child exits, or when every clone of the returned tail has been
+    /// dropped; it then drops `stderr`. Keep a clone for as long as the child runs:
+    /// once the pipe is closed, the child's next write to its stderr fails (or, if it
+    /// does not ignore `SIGPIPE`, ends it).
     pub fn drain<R>(mut stderr: R) -> StderrTail
     where
         R: AsyncRead + Unpin + Send + 'static,
     {
         let (finishing, finished) = wait::stop_signal();
+        let (draining, abandoned) = wait::stop_signal();
         let tail = StderrTail {
             bytes: Arc::new(Mutex::new(VecDeque::new())),
             finished,
+            _draining: draining,
         };
-        let writer = tail.clone();
+        // Only the buffer: a whole tail here would keep the drain alive for ever.
+        let bytes = tail.bytes.clone();
         smol::spawn(async move {
             let _finishing = finishing;
-            let mut buffer = vec![0; 16 * 1024];
-            loop {
-                match stderr.read(&mut buffer).await {
-                    Ok(0) => break,
-                    Ok(n) => writer.push(&buffer[..n]),
-                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
+            let read = async {
+                let mut buffer = vec![0; 16 * 1024];
+                let mut since_yield = 0;
+                loop {
+                    match stderr.read(&mut buffer).await {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            push(&bytes, &buffer[..n]);
+                            since_yield += n;
+                        }
+                        Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                    // A child that logs without pause always has bytes waiting, so the
+                    // read never waits: let the tasks sharing this thread run.
+                    if since_yield >= YIELD_AFTER {
+                        since_yield = 0;
+                        futures_lite::future::yield_now().await;
+                    }
                 }
-            }
+            };
+            futures_lite::future::or(read, abandoned.wait()).await;
         })
         .detach();
         tail
@@ -89,14 +118,15 @@ impl StderrTail {
     pub(crate) async fn settle(&self, limit: Duration) {
         wait::timeout(limit, self.finished.wait()).await;
     }
+}
 
-    fn push(&self, chunk: &[u8]) {
-        let mut bytes = self.bytes.lock().unwrap_or_else(PoisonError::into_inner);
-        let chunk = &chunk[chunk.len().saturating_sub(STDERR_TAIL_BYTES)..];
-        let excess = (bytes.len() + chunk.len()).saturating_sub(STDERR_TAIL_BYTES);
-        bytes.drain(..excess);
-        bytes.extend(chunk);
-    }
+/// Appends `chunk` to the kept bytes, dropping the oldest beyond the cap.
+fn push(bytes: &Mutex<VecDeque<u8>>, chunk: &[u8]) {
+    let mut bytes = bytes.lock().unwrap_or_else(PoisonError::into_inner);
+    let chunk = &chunk[chunk.len().saturating_sub(STDERR_TAIL_BYTES)..];
+    let excess = (bytes.len() + chunk.len()).saturating_sub(STDERR_TAIL_BYTES);
+    bytes.drain(..excess);
+    bytes.extend(chunk);
 }
 
 impl fmt::Debug for StderrTail {

@@ -91,6 +91,15 @@
 //! logged once the second is over, so a flood of bad peers cannot flood
 //! the log.
 //!
+//! When accepting fails for a while (the process ran out of file
+//! descriptors, say), no connection is lost: they wait in the kernel's
+//! queue, accepting is tried again every 100 ms, and they are accepted once
+//! it passes. The log says exactly that, in one line when it begins
+//! (`cannot accept connections for now: ...`) and one when it ends
+//! (`accepting connections again after N failed attempt(s) ...: the
+//! connections that waited meanwhile were delayed, not dropped`), limited
+//! like the lines about peers.
+//!
 //! [`diag`]: crate::diag
 
 use std::collections::BTreeMap;
@@ -159,6 +168,10 @@ pub const REFUSAL_CODE: i64 = -32000;
 /// running out of file descriptors) so it does not spin while it lasts.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// How many connections the accept loop takes in a row before it lets the
+/// other tasks on its thread run.
+const ACCEPTS_BEFORE_YIELD: u32 = 32;
+
 /// Bytes read per call while looking for the end of the handshake.
 const READ_CHUNK: usize = 4096;
 
@@ -169,9 +182,16 @@ const READ_CHUNK: usize = 4096;
 pub struct Options {
     /// How long a peer has, from being accepted, to send its whole
     /// handshake line. Default: [`HANDSHAKE_TIMEOUT`].
+    ///
+    /// `Duration::ZERO` means no time limit, as does `Duration::MAX`: a
+    /// silent peer is then only dropped when [`MAX_PENDING`] others are
+    /// waiting behind it (it is the oldest) or when the listener is dropped.
     pub handshake_timeout: Duration,
     /// Longest handshake line accepted, final `\n` included. Default:
     /// [`HANDSHAKE_LIMIT`].
+    ///
+    /// `usize::MAX` means no limit (a peer that never ends its line can
+    /// then fill memory until the timeout); `0` refuses every handshake.
     pub handshake_limit: usize,
 }
 
@@ -345,17 +365,48 @@ async fn accept_loop(
 ) {
     let most_pending = platform::pending_limit(MAX_PENDING);
     let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
-    let peer_log = Arc::new(PeerLog::default());
+    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK));
+    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK));
+    let mut outage: Option<Outage> = None;
     let mut next_id: u64 = 0;
+    let mut accepted_in_a_row = 0u32;
     loop {
-        let (reader, writer) = match acceptor.accept().await {
+        // With connections always queued, accept never waits: a flood of them
+        // (refused ones included) would otherwise keep this loop from ever
+        // returning to the executor, stalling every task that shares it.
+        accepted_in_a_row += 1;
+        if accepted_in_a_row >= ACCEPTS_BEFORE_YIELD {
+            accepted_in_a_row = 0;
+            futures_lite::future::yield_now().await;
+        }
+        let accepted = acceptor.accept().await;
+        if !matches!(accepted, Ok(Accepted::Retry(_))) {
+            if let Some(outage) = outage.take() {
+                outage.ended();
+            }
+        }
+        let (reader, writer) = match accepted {
             Ok(Accepted::Peer(streams)) => *streams,
             Ok(Accepted::Refused(why)) => {
                 peer_log.line(format_args!("refused {}", why));
                 continue;
             }
+            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::ConnectionAborted => {
+                peer_log.line(format_args!(
+                    "a connection was closed by its peer before it could be accepted ({})",
+                    e
+                ));
+                continue;
+            }
             Ok(Accepted::Retry(e)) => {
-                peer_log.line(format_args!("accepting a connection failed: {}", e));
+                // Out of descriptors or memory: the connections stay in the kernel's
+                // queue meanwhile, and are accepted once it passes. Say so, once per
+                // outage, rather than a line per attempt.
+                match &mut outage {
+                    Some(outage) => outage.attempts += 1,
+                    None => outage = Some(Outage::began(e, &accept_log)),
+                }
                 Timer::after(RETRY_PAUSE).await;
                 continue;
             }
@@ -385,6 +436,52 @@ async fn accept_loop(
                 "dropped a connection: more than {} were waiting for their handshake \
                  or for the app, and it was the oldest",
                 most_pending
+            ));
+        }
+    }
+}
+
+/// A time in which accepting fails for a reason that may heal (out of file
+/// descriptors, say). Connections are not lost meanwhile: they wait in the
+/// kernel's queue, and are accepted once it passes, so the log says that,
+/// once when it begins and once when it ends.
+///
+/// The two lines of an outage go together: the first is limited like the
+/// lines about single peers (so outages that come and go quickly are
+/// counted, not each logged), and the second is written exactly when the
+/// first was.
+#[derive(Debug)]
+struct Outage {
+    began: Instant,
+    attempts: u64,
+    error: io::Error,
+    /// Whether its first line was written (not held back).
+    logged: bool,
+}
+
+impl Outage {
+    fn began(error: io::Error, log: &Arc<PeerLog>) -> Outage {
+        let logged = log.line(format_args!(
+            "cannot accept connections for now: {}; connections wait in the kernel's \
+             queue meanwhile, and accepting is tried again every {:?}",
+            error, RETRY_PAUSE
+        ));
+        Outage {
+            began: Instant::now(),
+            attempts: 1,
+            error,
+            logged,
+        }
+    }
+
+    fn ended(self) {
+        if self.logged {
+            log(format_args!(
+                "accepting connections again after {} failed attempt(s) in {:.1?} ({}): \
+                 the connections that waited meanwhile were delayed, not dropped",
+                self.attempts,
+                self.began.elapsed(),
+                self.error
             ));
         }
     }
@@ -439,16 +536,30 @@ async fn take_handshake(
         // Not worth a line: a liveness probe (such as another
         // `Listener::bind` checking whether we are alive).
         Err(HandshakeFailure::Probe) => {}
-        Err(failure) => peer_log.line(format_args!("dropped a connection: {}", failure)),
+        Err(failure) => {
+            peer_log.line(format_args!("dropped a connection: {}", failure));
+        }
     }
 }
 
 /// Log lines about single peers, at most one per [`PEER_LOG_INTERVAL`]:
 /// one bad peer is worth a line, a thousand are worth one line and a
 /// count. The lines held back are counted and logged in one line at the
-/// end of the interval (which starts a new one).
-#[derive(Debug, Default)]
-struct PeerLog(Mutex<PeerLogState>);
+/// end of the interval (which starts a new one), which says what they were
+/// about.
+#[derive(Debug)]
+struct PeerLog {
+    state: Mutex<PeerLogState>,
+    /// What the held-back lines were about, after their count.
+    held_back: &'static str,
+}
+
+/// The count line of the log about single peers.
+const PEERS_HELD_BACK: &str = "more connection(s) dropped or refused";
+
+/// The count line of the log about accepting failing for a while.
+const ACCEPTING_HELD_BACK: &str = "more time(s) accepting connections failed for a while \
+     (the connections waited in the kernel's queue meanwhile, and were not dropped)";
 
 #[derive(Debug, Default)]
 struct PeerLogState {
@@ -459,9 +570,18 @@ struct PeerLogState {
 }
 
 impl PeerLog {
-    fn line(self: &Arc<Self>, message: fmt::Arguments<'_>) {
+    fn new(held_back: &'static str) -> PeerLog {
+        PeerLog {
+            state: Mutex::default(),
+            held_back,
+        }
+    }
+
+    /// Writes the line, or counts it if one was written less than
+    /// [`PEER_LOG_INTERVAL`] ago; `true` if it was written.
+    fn line(self: &Arc<Self>, message: fmt::Arguments<'_>) -> bool {
         let now = Instant::now();
-        let mut state = lock(&self.0);
+        let mut state = lock(&self.state);
         match state.quiet_until {
             Some(until) if now < until => {
                 state.held_back += 1;
@@ -473,11 +593,13 @@ impl PeerLog {
                     })
                     .detach();
                 }
+                false
             }
             _ => {
                 state.quiet_until = Some(now + PEER_LOG_INTERVAL);
                 drop(state);
                 log(message);
+                true
             }
         }
     }
@@ -485,15 +607,14 @@ impl PeerLog {
     /// Logs how many lines were held back, if any; that line starts a new
     /// quiet interval of its own.
     fn count_held_back(&self) {
-        let mut state = lock(&self.0);
+        let mut state = lock(&self.state);
         let count = std::mem::take(&mut state.held_back);
         if count > 0 {
             state.quiet_until = Some(Instant::now() + PEER_LOG_INTERVAL);
             drop(state);
             log(format_args!(
-                "{} more connection(s) dropped or refused (lines about single \
-                 connections are limited to one every {:?})",
-                count, PEER_LOG_INTERVAL
+                "{} {} (such lines are limited to one every {:?})",
+                count, self.held_back, PEER_LOG_INTERVAL
             ));
         }
     }
@@ -566,7 +687,7 @@ async fn read_handshake(
             }
         }
     };
-    let (buffer, end) = match wait::timeout(timeout, reading).await {
+    let (buffer, end) = match wait::timeout_unless_zero(timeout, reading).await {
         Some(read) => read?,
         None => return Err(HandshakeFailure::TimedOut(timeout)),
     };

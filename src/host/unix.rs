@@ -37,6 +37,19 @@
 //! still the same inode that was probed, and on drop only if it is still our
 //! own, so a listener never deletes another's socket.
 //!
+//! # Leaving nothing behind
+//!
+//! A bind is most likely to fail at the descriptor limit (`EMFILE`), so
+//! cleaning up after one must not need a descriptor: the private directory
+//! is removed by name (`unlink` of its one entry, then `rmdir`), never by a
+//! recursive removal, which opens the directory and would, at the limit,
+//! leave it behind, holding a second link to the live socket when only the
+//! socket's own descriptor was left. The file is removed at drop by the
+//! path it had at bind time, made absolute and with the symbolic links of
+//! its directory resolved then (`realpath`, which opens nothing): a change
+//! of working directory since, or a link in the path pointed elsewhere,
+//! cannot make the drop miss our file (or remove another).
+//!
 //! # The path's length
 //!
 //! A socket address holds at most [`MAX_PATH_BYTES`] bytes of path (107 on
@@ -127,6 +140,7 @@ pub(super) struct Acceptor {
 /// The socket file: removed on drop if it is still ours.
 #[derive(Debug)]
 pub(super) struct SocketFile {
+    /// Absolute, with the links of its directory resolved at bind time.
     path: PathBuf,
     dev: u64,
     ino: u64,
@@ -164,9 +178,11 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
+    // Where the file is removed at drop: the same file however the working
+    // directory or a symlink in the path changes meanwhile.
+    let lasting = lasting_path(path, parent);
     let private = PrivateDir::create(parent)?;
-    // One letter: the private path is as short as it can be.
-    let temporary = private.path.join("s");
+    let temporary = private.socket();
     let listener = match std::os::unix::net::UnixListener::bind(&temporary) {
         Ok(listener) => listener,
         Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
@@ -188,7 +204,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     drop(private);
 
     let file = SocketFile {
-        path: path.to_path_buf(),
+        path: lasting,
         dev: metadata.dev(),
         ino: metadata.ino(),
     };
@@ -279,7 +295,36 @@ fn probe(path: &Path) -> Probe {
     }
 }
 
-/// A directory only we can enter, removed (with its content) on drop.
+/// `path` as an absolute path with no symbolic link in its directory part,
+/// as it is now, so that removing the socket file at drop finds the file
+/// that was bound, not whatever a relative path or a re-targeted link names
+/// by then. Resolving needs no descriptor (glibc's `realpath` walks the path
+/// with `readlink`); if it fails, the path is only made absolute, which
+/// covers a change of working directory.
+fn lasting_path(path: &Path, parent: &Path) -> PathBuf {
+    let name = match path.file_name() {
+        Some(name) => name,
+        None => return path.to_path_buf(),
+    };
+    if let Ok(parent) = fs::canonicalize(parent) {
+        return parent.join(name);
+    }
+    match std::env::current_dir() {
+        Ok(cwd) if path.is_relative() => cwd.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The one entry a private directory ever holds: the socket, one letter so
+/// that the private path is as short as it can be.
+const PRIVATE_SOCKET: &str = "s";
+
+/// A directory only we can enter, removed (with the socket in it) on drop.
+///
+/// Removed entry by entry, by name (`unlink`, then `rmdir`): a recursive
+/// removal would open the directory, and at the descriptor limit, which is
+/// when a bind is most likely to fail, that fails and leaves the directory
+/// behind, holding a second link to a live socket if the bind succeeded.
 struct PrivateDir {
     path: PathBuf,
 }
@@ -306,9 +351,16 @@ impl PrivateDir {
     }
 }
 
+impl PrivateDir {
+    fn socket(&self) -> PathBuf {
+        self.path.join(PRIVATE_SOCKET)
+    }
+}
+
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
+        let _ = fs::remove_file(self.socket());
+        let _ = fs::remove_dir(&self.path);
     }
 }
 
