@@ -11,7 +11,6 @@ use std::fs;
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -22,7 +21,7 @@ use futures_lite::{future, StreamExt};
 use mcp_bridge::host::Listener;
 use serde_json::{json, Value};
 
-use support::{TempDir, BIN, HANG_GUARD, NOBODY};
+use support::{RecordingListener, TempDir, BIN, HANG_GUARD, NOBODY};
 
 /// How the test host behaves once a client has connected.
 #[derive(Debug, Clone, Copy)]
@@ -621,32 +620,32 @@ fn doctor_waits_for_the_app_with_connect_timeout() {
     );
 }
 
+/// The test that is also the recording listener's entry (see
+/// [`support::listener_role`]).
+const LISTENER_TEST: &str = "doctor_trusts_the_server_user_it_is_told_to";
+
 /// `--trust-server-user` is read: an app served by that user passes the
-/// server user check (and fails it without the option).
+/// server user check (and fails it without the option, before a byte is
+/// sent). The app is the suite's recording listener run as another user
+/// (this test, re-run in that role): it accepts and never answers.
 #[test]
 fn doctor_trusts_the_server_user_it_is_told_to() {
+    if support::listener_role() {
+        return;
+    }
     if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: needs root to run a listener as another user");
         return;
     }
     let dir = TempDir::new("doctor-trust", 0o777);
     let socket = dir.socket();
-    let mut listener = Command::new("socat");
-    listener
-        .arg("-u")
-        .arg(format!("UNIX-LISTEN:{},mode=666,fork", socket.display()))
-        .arg("OPEN:/dev/null")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .uid(NOBODY)
-        .gid(NOBODY);
-    let mut listener = listener.spawn().expect("socat is needed for this test");
-    let start = Instant::now();
-    while !socket.exists() {
-        assert!(start.elapsed() < HANG_GUARD, "socat never listened");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let listener = RecordingListener::start(
+        LISTENER_TEST,
+        &dir,
+        NOBODY,
+        &socket,
+        &dir.0.join("received"),
+    );
     let endpoint = socket.to_str().unwrap();
     let refused = doctor(&["--endpoint", endpoint, "--json"]);
     let trusted = doctor(&[
@@ -658,8 +657,7 @@ fn doctor_trusts_the_server_user_it_is_told_to() {
         "0.5",
         "--json",
     ]);
-    let _ = listener.kill();
-    let _ = listener.wait();
+    let received = listener.received();
     let refused: Value = serde_json::from_slice(&refused.stdout).unwrap();
     assert_eq!(refused["failed_step"], "server user", "{:#}", refused);
     let trusted: Value = serde_json::from_slice(&trusted.stdout).unwrap();
@@ -673,12 +671,24 @@ fn doctor_trusts_the_server_user_it_is_told_to() {
             NOBODY
         )
     );
-    // socat never answers: the check goes on past the server user.
+    // The listener never answers: the check goes on past the server user.
     assert_eq!(trusted["failed_step"], "initialize", "{:#}", trusted);
     assert!(trusted["config"]["args"]
         .as_array()
         .unwrap()
         .contains(&json!(NOBODY.to_string())));
+    // All it received is the trusted run's: the refused one sent nothing.
+    assert!(
+        received.starts_with("{\"project\":\"\",\"requester\":\"\"}\n{\"jsonrpc\""),
+        "{:?}",
+        received
+    );
+    assert_eq!(
+        received.matches("\"initialize\"").count(),
+        1,
+        "{:?}",
+        received
+    );
 }
 
 /// Issue 20, doctor 2: `--timeout` bounds the whole list step, every

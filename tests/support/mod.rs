@@ -2,18 +2,26 @@
 //! module and uses only part of it).
 //!
 //! This file is platform-neutral, so any test file can include it; what
-//! only Unix has (temporary directories with modes, foreign users) is in
-//! `unix.rs`, re-exported here on Unix.
+//! only Unix has (temporary directories with modes, foreign users, the
+//! recording listener) is in `unix.rs` and `listener.rs`, re-exported here
+//! on Unix.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::time::Duration;
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
 use futures_lite::future;
 
 #[cfg(unix)]
+mod listener;
+#[cfg(unix)]
 mod unix;
+// Only the test binaries that run a recording listener use it.
+#[cfg(unix)]
+#[allow(unused_imports)]
+pub use listener::*;
 #[cfg(unix)]
 pub use unix::*;
 
@@ -40,4 +48,18 @@ pub async fn within_limit<T>(limit: Duration, what: &str, work: impl Future<Outp
         panic!("timed out after {:?} waiting for {}", limit, what)
     })
     .await
+}
+
+/// The child's output once it exits; killed (and the test failed) if it
+/// has not exited within [`HANG_GUARD`]. `what` names it in the failure.
+pub fn wait_output(mut child: Child, what: &str) -> Output {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > HANG_GUARD {
+            let _ = child.kill();
+            panic!("{} did not exit within {:?}", what, HANG_GUARD);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().unwrap()
 }
