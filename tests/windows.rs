@@ -908,3 +908,114 @@ fn a_late_pipe_and_a_restart_are_survived() {
         assert!(status.success(), "{:?}: {}", status, stderr);
     });
 }
+
+/// Whether a pipe called `pipe` exists: connecting to it (and leaving at
+/// once) tells, as nothing else from outside does.
+async fn pipe_exists(pipe: &str) -> bool {
+    match endpoint::connect(Path::new(pipe), Duration::from_secs(5)).await {
+        Ok(_) => true,
+        Err(e) => e.io_error().kind() != io::ErrorKind::NotFound,
+    }
+}
+
+/// Waits until the pipe `pipe` no longer exists: its last server is gone.
+async fn until_gone(pipe: &str) {
+    while pipe_exists(pipe).await {
+        Timer::after(Duration::from_millis(50)).await;
+    }
+}
+
+/// serve's command is `cmd`, which starts a grandchild that never exits
+/// by itself: a second serve, which reads no stdin and listens on a pipe of
+/// its own until stopped. Returns the outer serve, once the grandchild
+/// listens.
+fn serve_with_a_grandchild(outer: &str, inner: &str) -> (Serve, Bridge) {
+    let mut serve = Serve::start(
+        outer,
+        &[
+            "cmd",
+            "/c",
+            BIN,
+            "serve",
+            "--endpoint",
+            inner,
+            "--",
+            "cmd",
+            "/c",
+            "rem",
+        ],
+    );
+    let bridge = Bridge::spawn(outer, &[]);
+    // The grandchild's own "serving ... on '<inner>'", through serve's
+    // copy of its command's stderr.
+    serve.wait_for_line(&format!("on '{}'", inner));
+    (serve, bridge)
+}
+
+/// The helpers of a command die with its session: when the bridge goes,
+/// serve stops `cmd`, and the serve that `cmd` started goes with it (the
+/// job object), instead of listening on for ever. Several rounds, since
+/// stopping races the grandchild's start.
+#[test]
+fn a_grandchild_dies_with_its_session() {
+    for round in 0..3 {
+        let outer = unique_pipe(&format!("job-outer-{}", round));
+        let inner = unique_pipe(&format!("job-inner-{}", round));
+        let (mut serve, bridge) = serve_with_a_grandchild(&outer, &inner);
+        run(async {
+            assert!(pipe_exists(&inner).await, "the grandchild listens");
+            drop(bridge);
+            until_gone(&inner).await;
+        });
+        serve.wait_for_line("ended");
+    }
+}
+
+/// A serve that is killed (no clean-up code runs) takes its commands and
+/// their helpers along: the system closes its handle to each job, and
+/// each job kills what is in it.
+#[test]
+fn a_killed_serve_takes_the_helpers_along() {
+    let outer = unique_pipe("job-killed-outer");
+    let inner = unique_pipe("job-killed-inner");
+    let (mut serve, _bridge) = serve_with_a_grandchild(&outer, &inner);
+    run(async {
+        assert!(pipe_exists(&inner).await, "the grandchild listens");
+        serve.child.kill().unwrap();
+        until_gone(&inner).await;
+    });
+}
+
+/// A bridge whose parent (the CLI) exits leaves at once, though its stdin
+/// stays open and the app is connected and silent: its parent here is a
+/// `cmd` that starts it in the background and exits. The bridge's stdout
+/// reaches its end once the bridge has exited.
+#[test]
+fn a_bridge_whose_parent_exits_leaves() {
+    let pipe = unique_pipe("orphan");
+    let listener = PipeListener::bind(&pipe).unwrap();
+    let mut parent = Command::new("cmd")
+        .args(["/c", "start", "/b", BIN, "mcp-server", "--endpoint", &pipe])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held open until the end: the bridge's stdin never ends.
+    let _stdin = parent.stdin.take();
+    let stdout = parent.stdout.take().map(Unblock::new).unwrap();
+    run(async {
+        // The app accepts the bridge and keeps the connection, silent.
+        let _app = smol::spawn(async move {
+            let mut connections = Vec::new();
+            loop {
+                connections.push(listener.accept().await);
+            }
+        });
+        let mut rest = Vec::new();
+        let mut stdout = stdout;
+        stdout.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    });
+    parent.wait().unwrap();
+}

@@ -37,16 +37,21 @@ use std::io;
 use std::os::windows::ffi::OsStrExt;
 use std::os::windows::fs::OpenOptionsExt;
 use std::os::windows::io::{
-    AsRawHandle, BorrowedHandle, FromRawHandle, HandleOrInvalid, HandleOrNull, OwnedHandle,
+    AsHandle, AsRawHandle, BorrowedHandle, FromRawHandle, HandleOrInvalid, HandleOrNull,
+    OwnedHandle,
 };
 use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use windows_sys::Wdk::Storage::FileSystem::{
+    FilePipeLocalInformation, NtQueryInformationFile, FILE_PIPE_CLOSING_STATE,
+    FILE_PIPE_CONNECTED_STATE, FILE_PIPE_LOCAL_INFORMATION,
+};
 use windows_sys::Win32::Foundation::{
-    LocalFree, ERROR_INSUFFICIENT_BUFFER, ERROR_IO_PENDING, ERROR_MORE_DATA, ERROR_NO_DATA,
-    ERROR_PIPE_CONNECTED, FILETIME, HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT,
+    LocalFree, RtlNtStatusToDosError, ERROR_INSUFFICIENT_BUFFER, ERROR_IO_PENDING, ERROR_MORE_DATA,
+    ERROR_NO_DATA, ERROR_PIPE_CONNECTED, FILETIME, HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT,
 };
 use windows_sys::Win32::Security::Authorization::{
     ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW,
@@ -82,7 +87,9 @@ use windows_sys::Win32::System::Threading::{
     ResetEvent, ResumeThread, SetEvent, WaitForMultipleObjects, WaitForSingleObject, INFINITE,
     PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SYNCHRONIZE, THREAD_SUSPEND_RESUME,
 };
-use windows_sys::Win32::System::IO::{CancelIoEx, GetOverlappedResult, OVERLAPPED};
+use windows_sys::Win32::System::IO::{
+    CancelIoEx, GetOverlappedResult, IO_STATUS_BLOCK, OVERLAPPED,
+};
 
 /// `name` as a NUL-terminated UTF-16 string, for the `W` functions.
 pub(crate) fn wide(name: &OsStr) -> io::Result<Vec<u16>> {
@@ -482,6 +489,11 @@ impl Pipe {
         Ok(pid)
     }
 
+    /// The handle, for the questions any pipe handle can be asked.
+    pub(crate) fn handle(&self) -> BorrowedHandle<'_> {
+        self.0.as_handle()
+    }
+
     fn raw(&self) -> HANDLE {
         self.0.as_raw_handle()
     }
@@ -520,6 +532,42 @@ pub(crate) fn bytes_waiting(handle: BorrowedHandle<'_>) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(available)
+}
+
+/// Whether the other end of the pipe `handle` (either end of a named or an
+/// anonymous pipe) has closed: its state is `FILE_PIPE_CLOSING_STATE`
+/// ("The pipe has been closed by the other end", `FILE_PIPE_LOCAL_INFORMATION`
+/// in ntifs.h), even while bytes it wrote are still waiting to be read.
+/// `Ok(None)` when the system does not say (Wine reports no state). Needs
+/// `FILE_READ_ATTRIBUTES` access ("FilePipeLocalInformation ... The
+/// FileHandle must have FILE_READ_ATTRIBUTES access", NtQueryInformationFile
+/// in the docs of `ZwQueryInformationFile`), which both ends of an anonymous
+/// pipe and both ends of our named pipes have.
+pub(crate) fn other_end_closed(handle: BorrowedHandle<'_>) -> io::Result<Option<bool>> {
+    let mut status = IO_STATUS_BLOCK::default();
+    let mut info = FILE_PIPE_LOCAL_INFORMATION::default();
+    // SAFETY: the handle is valid for the call (borrowed); `status` and
+    // `info` are valid places of the sizes given for the answer. The call
+    // is synchronous: nothing is written after it returns.
+    let ntstatus = unsafe {
+        NtQueryInformationFile(
+            handle.as_raw_handle(),
+            &mut status,
+            (&mut info as *mut FILE_PIPE_LOCAL_INFORMATION).cast(),
+            std::mem::size_of::<FILE_PIPE_LOCAL_INFORMATION>() as u32,
+            FilePipeLocalInformation,
+        )
+    };
+    if ntstatus < 0 {
+        // SAFETY: plain conversion of a status code.
+        let code = unsafe { RtlNtStatusToDosError(ntstatus) };
+        return Err(io::Error::from_raw_os_error(code as i32));
+    }
+    Ok(match info.NamedPipeState {
+        FILE_PIPE_CLOSING_STATE => Some(true),
+        FILE_PIPE_CONNECTED_STATE => Some(false),
+        _ => None,
+    })
 }
 
 /// Where ReadFile and WriteFile may store a byte count that nobody reads:
