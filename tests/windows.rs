@@ -698,9 +698,23 @@ struct Serve {
 impl Serve {
     /// Starts `serve` on `pipe` with `command`, and returns once it listens.
     fn start(pipe: &str, command: &[&str]) -> Serve {
+        Serve::start_with(pipe, &[], &[], command).0
+    }
+
+    /// [`Serve::start`] with more options and environment variables; also
+    /// returns the line that says it listens.
+    fn start_with(
+        pipe: &str,
+        options: &[&str],
+        env: &[(&str, &str)],
+        command: &[&str],
+    ) -> (Serve, String) {
         let mut child = Command::new(BIN)
-            .args(["serve", "--endpoint", pipe, "--"])
+            .args(["serve", "--endpoint", pipe])
+            .args(options)
+            .arg("--")
             .args(command)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -721,8 +735,8 @@ impl Serve {
             child,
             stderr: stderr_lines,
         };
-        serve.wait_for_line("serving");
-        serve
+        let serving = serve.wait_for_line("serving");
+        (serve, serving)
     }
 
     /// Waits for a stderr line containing `needle`, and returns it.
@@ -994,8 +1008,14 @@ fn a_killed_serve_takes_the_helpers_along() {
 fn a_bridge_whose_parent_exits_leaves() {
     let pipe = unique_pipe("orphan");
     let listener = PipeListener::bind(&pipe).unwrap();
+    // `start` takes a program name starting with '/' (Wine gives BIN as a
+    // Unix path) for an option: the name alone, in its folder.
+    let bin = Path::new(BIN);
     let mut parent = Command::new("cmd")
-        .args(["/c", "start", "/b", BIN, "mcp-server", "--endpoint", &pipe])
+        .current_dir(bin.parent().unwrap())
+        .args(["/c", "start", "/b"])
+        .arg(bin.file_name().unwrap())
+        .args(["mcp-server", "--endpoint", &pipe])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -1018,4 +1038,71 @@ fn a_bridge_whose_parent_exits_leaves() {
         assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
     });
     parent.wait().unwrap();
+}
+
+/// Connects to `pipe` and sends a handshake.
+async fn connect_with_handshake(pipe: &str) -> (endpoint::Reader, endpoint::Writer) {
+    let (reader, mut writer) = endpoint::connect(Path::new(pipe), GENEROUS).await.unwrap();
+    writer
+        .write_all(&Handshake::new("p", "limits").to_line())
+        .await
+        .unwrap();
+    writer.flush().await.unwrap();
+    (reader, writer)
+}
+
+/// serve holds its connection limit to what its threads allow (here a pool
+/// of 60 threads: 12 pipe connections, 10 served), says so, and refuses
+/// beyond it with the refusal line; so does the pipe itself beyond its own
+/// limit, where a peer has not even sent its handshake.
+#[test]
+fn serve_refuses_beyond_what_its_threads_allow() {
+    let pipe = unique_pipe("threads");
+    let absent = unique_pipe("threads-absent");
+    // A command that stays until its stdin ends: a bridge waiting for an
+    // app that never comes.
+    let command = [
+        BIN,
+        "mcp-server",
+        "--endpoint",
+        &absent,
+        "--connect-timeout",
+        "3600",
+    ];
+    let (mut serve, serving) = Serve::start_with(
+        &pipe,
+        &["--max-connections", "64"],
+        &[("BLOCKING_MAX_THREADS", "60")],
+        &command,
+    );
+    assert!(serving.contains("at most 10 connections"), "{}", serving);
+    let mut served = Vec::new();
+    for _ in 0..10 {
+        served.push(run(connect_with_handshake(&pipe)));
+        serve.wait_for_line("started pid");
+    }
+    run(async {
+        let (reader, _writer) = connect_with_handshake(&pipe).await;
+        let mut lines = BufReader::new(reader).lines();
+        let line = lines.next().await.unwrap().unwrap();
+        assert!(line.contains(r#""code":-32000"#), "{}", line);
+        assert!(line.contains("connection limit: 10"), "{}", line);
+        // The end: serve has let go of it, and of its place on the pipe.
+        assert!(lines.next().await.is_none(), "then the end");
+    });
+    serve.wait_for_line("refused");
+    run(async {
+        // Two peers that send nothing fill the pipe's 12 places.
+        let _silent = [
+            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
+            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
+        ];
+        let (reader, _writer) = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+        let mut lines = BufReader::new(reader).lines();
+        let line = lines.next().await.unwrap().unwrap();
+        assert!(line.contains(r#""code":-32000"#), "{}", line);
+        assert!(line.contains("12 connections are open"), "{}", line);
+        assert!(lines.next().await.is_none(), "then the end");
+    });
+    drop(served);
 }

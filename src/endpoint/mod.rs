@@ -29,7 +29,10 @@ mod windows;
 use windows as platform;
 /// The pipe connection, which the host's `PipeListener` hands out too.
 #[cfg(windows)]
-pub(crate) use windows::{pipe_halves, pipe_name, PipeReader, PipeWriter};
+pub(crate) use windows::{
+    pipe_connections_allowed, pipe_halves, pipe_name, pool_threads, serve_connections_allowed,
+    PipeReader, PipeWriter,
+};
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.

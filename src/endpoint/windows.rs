@@ -39,7 +39,9 @@
 //! its crate docs), after which every other blocking call of the process
 //! (accepting, waiting for a busy pipe, stdio) queues behind them. A bridge
 //! has one connection; the host side caps its connections well below the
-//! pool (see `host/windows.rs`).
+//! pool: [`pipe_connections_allowed`], a fifth of it (see `host/windows.rs`),
+//! and `serve`, whose connections each hold a command's pipes too, fewer
+//! ([`serve_connections_allowed`]).
 //!
 //! Dropping a half sets its `stop` event: its thread cancels the pending
 //! operation (`CancelIoEx`) and waits for it to finish before letting go of
@@ -345,6 +347,35 @@ impl AsyncWrite for PipeWriter {
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
+}
+
+/// The most threads `blocking`'s pool runs, as it reads them:
+/// `BLOCKING_MAX_THREADS` if set to a number (held to 1..=10000), else 500.
+pub(crate) fn pool_threads() -> usize {
+    std::env::var("BLOCKING_MAX_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(500, |n| n.clamp(1, 10_000))
+}
+
+/// The most pipe connections a host keeps open at once: a fifth of the
+/// pool, since each may pin two of its threads (a read always, a write while
+/// the peer does not read). 100 with the default pool.
+pub(crate) fn pipe_connections_allowed() -> usize {
+    (pool_threads() / 5).max(1)
+}
+
+/// The most connections `serve` serves at once: nine tenths of
+/// [`pipe_connections_allowed`], the rest left for peers still sending
+/// their handshake and peers being refused (so a refusal is a line, not a
+/// cut). Each one served pins up to five threads: its pipe's two, and the
+/// command's stdout and stderr readers and stdin writer (async-process
+/// drives a child's pipes from the pool on Windows). At the limit, with
+/// every other pipe connection pinning two, that is 94% of the pool, the
+/// rest left for accepting, stdio and the log: 90 with the default pool
+/// (450 + 20 threads of 500).
+pub(crate) fn serve_connections_allowed() -> usize {
+    (pipe_connections_allowed() * 9 / 10).max(1)
 }
 
 /// Who runs a server or a bridge: a user's SID in its canonical string form,

@@ -44,11 +44,16 @@
 //! Each connection pins a thread of `blocking`'s pool for reading, and one
 //! more while writing (see `endpoint/windows.rs`). The pool stops at 500
 //! threads, and then every blocking call in the process waits, accepting
-//! included: the host would stall for everyone. So at most
-//! [`MAX_CONNECTIONS`] connections live at once (a connection counts until
-//! both of its halves are dropped); a client beyond that is disconnected at
-//! once, with a log line, and its bridge sees the end of the stream.
-//!
+//! included: the host would stall for everyone. So at most a fifth of the
+//! pool's threads in connections live at once (100 with the default pool;
+//! `endpoint::pipe_connections_allowed`; a connection counts until both of
+//! its halves are dropped). A client beyond that gets the protocol's
+//! refusal line and the end of the stream at once, with a log line. The
+//! line is written without a pool thread: an overlapped write of a few
+//! bytes into the new instance's empty buffer completes at once, and one
+//! that does not is cancelled, so accepting never waits for a client that
+//! does not read.
+
 //! # Nothing to clean up, nothing stale
 //!
 //! A pipe exists while some handle to it is open, and vanishes with the
@@ -73,27 +78,19 @@ use windows_sys::Win32::Foundation::{
 };
 
 use super::Accepted;
-use crate::endpoint::{pipe_halves, pipe_name, PipeReader, PipeWriter};
+use crate::endpoint::{pipe_connections_allowed, pipe_halves, pipe_name, PipeReader, PipeWriter};
 use crate::ffi::windows::{
     self as win, has_code, Event, Overlapped, Pipe, SecurityDescriptor, SetOnDrop,
 };
 use crate::relay::BUFFER_SIZE;
 
-/// Most connections a [`PipeListener`] keeps open at once. Each pins one
-/// thread of `blocking`'s pool while idle (its reader) and two while the app
-/// writes, and the pool stops at 500 threads, after which every blocking
-/// call in the process (the next accept, a bridge's wait for a busy pipe)
-/// waits. 200 connections use at most 400, leaving the rest to everything
-/// else; no MCP host has nearly that many agents connected at once.
-const MAX_CONNECTIONS: usize = 200;
-
 /// The reading half of a connection accepted on a pipe. Holds the
-/// connection's place under [`MAX_CONNECTIONS`].
+/// connection's place under the listener's limit.
 #[derive(Debug)]
 pub(super) struct Reader(PipeReader, Arc<Slot>);
 
 /// The writing half of a connection accepted on a pipe. Holds the
-/// connection's place under [`MAX_CONNECTIONS`].
+/// connection's place under the listener's limit.
 #[derive(Debug)]
 pub(super) struct Writer(PipeWriter, Arc<Slot>);
 
@@ -205,11 +202,12 @@ impl Acceptor {
 /// until an accept readies another instance. Dropping the listener closes
 /// the listening instance; connections already accepted live on.
 ///
-/// **At most 200 connections at once** (a connection lives until both of
-/// its halves are dropped): each holds a thread of the pool behind
-/// `smol::unblock` (500 threads at most). A client beyond that is
-/// disconnected at once and the refusal is logged on stderr; accept goes on
-/// waiting for the next one.
+/// **At most 100 connections at once** (a fifth of the threads of the pool
+/// behind `smol::unblock`, 500 unless `BLOCKING_MAX_THREADS` says
+/// otherwise; a connection lives until both of its halves are dropped):
+/// each holds one of its threads, two while writing. A client beyond that
+/// gets the refusal line and is disconnected at once, and the refusal is
+/// logged on stderr; accept goes on waiting for the next one.
 ///
 /// ```no_run
 /// # fn main() -> std::io::Result<()> {
@@ -237,7 +235,8 @@ pub struct PipeListener {
     listening: Arc<smol::lock::Mutex<Listening>>,
     /// Connections handed out and still alive.
     live: Arc<AtomicUsize>,
-    /// The most of them at once: [`MAX_CONNECTIONS`], or less in tests.
+    /// The most of them at once: `endpoint::pipe_connections_allowed`, or
+    /// less in tests.
     max_connections: usize,
 }
 
@@ -258,7 +257,7 @@ impl PipeListener {
     /// or another listener of ours, serves it); `InvalidInput` for a name
     /// that is not a pipe name; otherwise the OS error.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<PipeListener> {
-        PipeListener::with_limit(path.as_ref(), MAX_CONNECTIONS)
+        PipeListener::with_limit(path.as_ref(), pipe_connections_allowed())
     }
 
     /// [`bind`](PipeListener::bind), with at most `max_connections` live
@@ -316,16 +315,28 @@ impl PipeListener {
     }
 
     /// The next client's connection, or `None` if it was refused (and
-    /// disconnected) because [`MAX_CONNECTIONS`] are open.
+    /// disconnected) because the most connections allowed are open.
     async fn next_connection(&self) -> io::Result<Option<(Reader, Writer)>> {
         let pipe = self.next_client().await?;
         let slot = match Slot::take(&self.live, self.max_connections) {
             Some(slot) => Arc::new(slot),
-            // Closing our end disconnects the client: its reads end.
-            None => return Ok(None),
+            None => {
+                refuse_at_once(&pipe, &self.refusal_reason());
+                // Closing our end then disconnects the client: after the
+                // line, its reads end.
+                return Ok(None);
+            }
         };
         let (reader, writer) = pipe_halves(pipe)?;
         Ok(Some((Reader(reader, slot.clone()), Writer(writer, slot))))
+    }
+
+    /// What a client refused for the limit is told.
+    fn refusal_reason(&self) -> String {
+        format!(
+            "the app is busy: {} connections are open, the most it serves at once; try again later",
+            self.max_connections
+        )
     }
 
     /// What the log says about a client refused for the limit.
@@ -366,6 +377,23 @@ impl fmt::Debug for PipeListener {
             .field("live_connections", &self.live.load(Ordering::SeqCst))
             .finish()
     }
+}
+
+/// Writes the protocol's refusal line for `reason` to the client of `pipe`
+/// if the pipe takes it at once (the module docs say why it does), without
+/// a pool thread; a write that would wait is cancelled. Best effort: the
+/// client is disconnected either way.
+fn refuse_at_once(pipe: &Pipe, reason: &str) {
+    let line = super::refusal_line(reason);
+    let (stop, op) = match (Event::new(), Overlapped::new()) {
+        (Ok(stop), Ok(op)) => (stop, op),
+        _ => return,
+    };
+    // Set before the write: `write` returns as soon as the write has
+    // completed, or cancels it if it is still pending.
+    stop.set();
+    let mut op = op;
+    let _ = pipe.write(&mut op, &line, &stop);
 }
 
 /// Whether a pipe called `name` (NUL-terminated UTF-16) exists, with an
@@ -475,10 +503,10 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{}", e);
     }
 
-    /// With the limit reached, the next client is disconnected at once (it
-    /// reads the end of the stream, nothing else) instead of waiting for a
-    /// pool thread; once a connection is dropped, its place is free again.
-    /// The limit is 1 here instead of [`MAX_CONNECTIONS`].
+    /// With the limit reached, the next client gets the refusal line and is
+    /// disconnected at once (it reads the line, then the end of the stream)
+    /// instead of waiting for a pool thread; once a connection is dropped,
+    /// its place is free again. The limit is 1 here.
     #[test]
     fn connections_beyond_the_limit_are_refused_at_once() {
         let path = unique_pipe("limit");
@@ -492,7 +520,11 @@ mod tests {
             assert!(listener.next_connection().await.unwrap().is_none());
             let mut rest = Vec::new();
             refused.read_to_end(&mut rest).await.unwrap();
-            assert!(rest.is_empty(), "the refused client got {:?}", rest);
+            assert_eq!(
+                String::from_utf8_lossy(&rest),
+                String::from_utf8_lossy(&super::super::refusal_line(&listener.refusal_reason()))
+            );
+            assert!(listener.refusal_reason().contains("1 connections are open"));
             assert!(listener.refusal().contains("1 connections are open"));
 
             drop(first);
