@@ -55,7 +55,7 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Security::Authorization::{
     ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW,
-    ConvertStringSidToSidW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT,
+    ConvertStringSidToSidW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT, SE_OBJECT_TYPE,
 };
 use windows_sys::Win32::Security::{
     GetSidSubAuthority, GetSidSubAuthorityCount, GetTokenInformation, TokenIntegrityLevel,
@@ -63,8 +63,10 @@ use windows_sys::Win32::Security::{
     TOKEN_INFORMATION_CLASS, TOKEN_MANDATORY_LABEL, TOKEN_QUERY, TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    GetFileType, ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED,
-    FILE_TYPE_PIPE, PIPE_ACCESS_DUPLEX, SECURITY_IDENTIFICATION, SECURITY_SQOS_PRESENT,
+    CreateFileW, GetFileType, ReadFile, WriteFile, FILE_APPEND_DATA, FILE_ATTRIBUTE_NORMAL,
+    FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TYPE_PIPE, OPEN_ALWAYS, PIPE_ACCESS_DUPLEX,
+    READ_CONTROL, SECURITY_IDENTIFICATION, SECURITY_SQOS_PRESENT, SYNCHRONIZE,
 };
 use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
 use windows_sys::Win32::System::Diagnostics::ToolHelp::{
@@ -444,35 +446,7 @@ impl Pipe {
     /// process must have been granted READ_CONTROL access when the handle was
     /// opened."
     pub(crate) fn owner_sid(&self) -> io::Result<Option<String>> {
-        let mut owner: PSID = ptr::null_mut();
-        let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
-        // SAFETY: the handle is valid for the duration of the call; `owner`
-        // and `descriptor` are valid places for the results. On success
-        // `descriptor` is a LocalAlloc'd block that `owned` frees, and
-        // `owner`, if not NULL, points into it.
-        let status = unsafe {
-            GetSecurityInfo(
-                self.raw(),
-                SE_KERNEL_OBJECT,
-                OWNER_SECURITY_INFORMATION,
-                &mut owner,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-                &mut descriptor,
-            )
-        };
-        if status != 0 {
-            return Err(io::Error::from_raw_os_error(status as i32));
-        }
-        let owned = LocalBlock(descriptor);
-        if owner.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: `owner` is a valid SID inside `owned`, which is alive.
-        let sid = unsafe { sid_string(owner) };
-        drop(owned);
-        sid.map(Some)
+        owner_sid_of(self.handle(), SE_KERNEL_OBJECT)
     }
 
     /// The id of the process that created this pipe instance: the server
@@ -497,6 +471,79 @@ impl Pipe {
     fn raw(&self) -> HANDLE {
         self.0.as_raw_handle()
     }
+}
+
+/// The owner SID, in string form, of the object `handle` (a kernel object
+/// or a file, as `kind` says), or `None` if its security descriptor names
+/// none. The handle needs `READ_CONTROL`.
+pub(crate) fn owner_sid_of(
+    handle: BorrowedHandle<'_>,
+    kind: SE_OBJECT_TYPE,
+) -> io::Result<Option<String>> {
+    let mut owner: PSID = ptr::null_mut();
+    let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+    // SAFETY: the handle is valid for the duration of the call; `owner`
+    // and `descriptor` are valid places for the results. On success
+    // `descriptor` is a LocalAlloc'd block that `owned` frees, and
+    // `owner`, if not NULL, points into it.
+    let status = unsafe {
+        GetSecurityInfo(
+            handle.as_raw_handle(),
+            kind,
+            OWNER_SECURITY_INFORMATION,
+            &mut owner,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut descriptor,
+        )
+    };
+    if status != 0 {
+        return Err(io::Error::from_raw_os_error(status as i32));
+    }
+    let owned = LocalBlock(descriptor);
+    if owner.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: `owner` is a valid SID inside `owned`, which is alive.
+    let sid = unsafe { sid_string(owner) };
+    drop(owned);
+    sid.map(Some)
+}
+
+/// Opens the file `path` for appending, creating it with `security` if it
+/// does not exist (`OPEN_ALWAYS`; an existing file keeps its own
+/// descriptor). Shared for reading, writing and deletion, as std shares,
+/// so another process may rotate it away. The handle can also read the
+/// file's owner (`READ_CONTROL`) and attributes.
+pub(crate) fn open_append_creating(
+    path: &Path,
+    security: &SecurityDescriptor,
+) -> io::Result<std::fs::File> {
+    let name = wide(path.as_os_str())?;
+    let attributes = SECURITY_ATTRIBUTES {
+        nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+        lpSecurityDescriptor: security.0,
+        bInheritHandle: 0,
+    };
+    // SAFETY: `name` is a NUL-terminated UTF-16 string and `attributes`
+    // points at a valid descriptor owned by `security`; both outlive the
+    // call, which only reads them. The returned handle, unless
+    // INVALID_HANDLE_VALUE, is ours to own and close.
+    let handle = unsafe {
+        HandleOrInvalid::from_raw_handle(CreateFileW(
+            name.as_ptr(),
+            FILE_APPEND_DATA | FILE_READ_ATTRIBUTES | READ_CONTROL | SYNCHRONIZE,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            &attributes,
+            OPEN_ALWAYS,
+            FILE_ATTRIBUTE_NORMAL,
+            ptr::null_mut(),
+        ))
+    };
+    OwnedHandle::try_from(handle)
+        .map(std::fs::File::from)
+        .map_err(|_| io::Error::last_os_error())
 }
 
 /// Whether `handle` is a pipe (anonymous or named), rather than a console,
