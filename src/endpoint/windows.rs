@@ -233,6 +233,49 @@ pub(crate) struct PipeWriter {
     _stop: SetOnDrop,
 }
 
+/// How often a connection's far end is asked whether it has closed (see
+/// [`PipeReader::hangup`]).
+const HANGUP_POLL: Duration = Duration::from_millis(100);
+
+impl PipeReader {
+    /// Completes once the other end has closed the connection, noticed
+    /// without reading: pipes have no half-close, so a closed end is the
+    /// whole end. The pipe is asked every [`HANGUP_POLL`] on a timer, not a
+    /// thread: its state (`FILE_PIPE_CLOSING_STATE`, which Windows reports
+    /// even while bytes the peer wrote wait unread), and failing that,
+    /// whether a peek fails with a hang-up error (what Wine reports, once
+    /// nothing is left unread). Never completes if the pipe cannot be
+    /// asked.
+    pub(crate) fn hangup(&self) -> impl Future<Output = ()> + Send + 'static {
+        let pipe = self.pipe.clone();
+        async move {
+            loop {
+                match peer_closed(&pipe) {
+                    Some(true) => return,
+                    Some(false) => {}
+                    None => futures_lite::future::pending::<()>().await,
+                }
+                Timer::after(HANGUP_POLL).await;
+            }
+        }
+    }
+}
+
+/// Whether the other end of `pipe` has closed; `None` if the pipe cannot
+/// tell.
+fn peer_closed(pipe: &Pipe) -> Option<bool> {
+    match win::other_end_closed(pipe.handle()) {
+        Ok(Some(closed)) => return Some(closed),
+        Ok(None) => {}
+        Err(_) => return None,
+    }
+    match win::bytes_waiting(pipe.handle()) {
+        Ok(_) => Some(false),
+        Err(e) if is_hangup(&e) => Some(true),
+        Err(_) => None,
+    }
+}
+
 /// Splits a connected pipe (either end) into its two directions, each with
 /// its own `OVERLAPPED`, event and pool thread.
 pub(crate) fn pipe_halves(pipe: Pipe) -> io::Result<(PipeReader, PipeWriter)> {
@@ -679,6 +722,29 @@ mod tests {
         assert_overlapped(client.clone());
         assert_overlapped(server.clone());
         drop((client, server));
+    }
+
+    /// A client that goes away is noticed on the server's end without a
+    /// read, with nothing left unread, and with bytes it wrote still unread
+    /// (the pipe's state says so; Wine reports it as Windows does).
+    #[test]
+    fn a_closed_client_is_noticed_without_reading() {
+        let (server, client) = connected_pair("hangup");
+        assert_eq!(peer_closed(&server), Some(false));
+        drop(client);
+        assert_eq!(peer_closed(&server), Some(true));
+
+        let (server, client) = connected_pair("hangup-data");
+        let stop = Event::new().unwrap();
+        client
+            .write(&mut Overlapped::new().unwrap(), b"unread", &stop)
+            .unwrap();
+        assert_eq!(peer_closed(&server), Some(false));
+        drop(client);
+        assert_eq!(win::bytes_waiting(server.handle()).unwrap(), 6);
+        assert_eq!(peer_closed(&server), Some(true));
+        let (reader, _writer) = pipe_halves(server).unwrap();
+        within_generous(move || smol::block_on(reader.hangup()));
     }
 
     /// A message-type server (as .NET and WCF create) writes zero bytes,

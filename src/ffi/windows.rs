@@ -585,7 +585,7 @@ pub(crate) fn bytes_waiting(handle: BorrowedHandle<'_>) -> io::Result<u32> {
 /// anonymous pipe) has closed: its state is `FILE_PIPE_CLOSING_STATE`
 /// ("The pipe has been closed by the other end", `FILE_PIPE_LOCAL_INFORMATION`
 /// in ntifs.h), even while bytes it wrote are still waiting to be read.
-/// `Ok(None)` when the system does not say (Wine reports no state). Needs
+/// `Ok(None)` when the system does not say. Needs
 /// `FILE_READ_ATTRIBUTES` access ("FilePipeLocalInformation ... The
 /// FileHandle must have FILE_READ_ATTRIBUTES access", NtQueryInformationFile
 /// in the docs of `ZwQueryInformationFile`), which both ends of an anonymous

@@ -145,11 +145,11 @@ pub(super) fn readable(
     futures_lite::future::ready(Ok(()))
 }
 
-/// Never completes: there is no hang-up watcher on Windows yet, so a
-/// session ends when its relay sees the pipe close, which it does not
-/// while it is stuck writing to a command that stopped reading.
-pub(super) fn hangup(_reader: &Reader) -> impl std::future::Future<Output = ()> + Send + 'static {
-    futures_lite::future::pending()
+/// Completes once the peer has closed its end: pipes have no half-close,
+/// so that is unambiguous (see `PipeReader::hangup`). A session stuck
+/// writing to a command that stopped reading then ends all the same.
+pub(super) fn hangup(reader: &Reader) -> impl std::future::Future<Output = ()> + Send + 'static {
+    reader.0.hangup()
 }
 
 impl Acceptor {

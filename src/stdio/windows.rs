@@ -53,9 +53,9 @@ const INPUT_POLL: Duration = Duration::from_millis(100);
 ///
 /// - stdin, when it is a pipe: its writers are gone once the pipe reports
 ///   `FILE_PIPE_CLOSING_STATE` (Windows says so even with bytes still
-///   unread), or `PeekNamedPipe` fails with `ERROR_BROKEN_PIPE` (all read,
-///   and no writer left; what Wine reports). Then `input_closed` fires. A
-///   console or a file as stdin is not watched.
+///   unread), or, where the state is not told, `PeekNamedPipe` fails with
+///   `ERROR_BROKEN_PIPE` (all read, and no writer left). Then
+///   `input_closed` fires. A console or a file as stdin is not watched.
 /// - our parent, the CLI that spawned us: once it has exited, nobody is left
 ///   to read our replies, and `output_gone` fires. It is found by id in the
 ///   system's process snapshot, and accepted only if it was created before
@@ -126,9 +126,8 @@ mod tests {
     use std::io::Read;
     use std::process::{Command, Stdio};
 
-    /// A real anonymous pipe whose writer, a child process, exits: once
-    /// what it wrote is read (Wine reports no pipe state, so only the peek
-    /// can tell there), the watch sees the writer gone.
+    /// A real anonymous pipe whose writer, a child process, exits: the
+    /// watch sees the writer gone though what it wrote is still unread.
     #[test]
     fn a_pipe_whose_writer_exited_is_seen_closed() {
         let mut child = Command::new("cmd")
@@ -140,10 +139,11 @@ mod tests {
         let mut stdout = child.stdout.take().unwrap();
         assert!(win::is_pipe(stdout.as_handle()));
         child.wait().unwrap();
+        assert!(win::bytes_waiting(stdout.as_handle()).unwrap() > 0);
+        assert!(writers_gone(stdout.as_handle(), Duration::from_millis(1)));
         let mut text = String::new();
         stdout.read_to_string(&mut text).unwrap();
         assert!(text.contains("bye"), "{:?}", text);
-        assert!(writers_gone(stdout.as_handle(), Duration::from_millis(1)));
     }
 
     /// While a writer lives the pipe is open, and our own process is not
