@@ -1106,3 +1106,41 @@ fn serve_refuses_beyond_what_its_threads_allow() {
     });
     drop(served);
 }
+
+/// A client that writes more than the app takes and then closes the
+/// bridge's stdin, while the app never reads: the bridge is stuck writing
+/// to the app and never reads stdin's end, yet notices the writer gone
+/// (the pipe's state) and leaves after the drain grace. 160 KiB: more than
+/// the app's pipe (64 KiB) and the bridge's buffer towards it (64 KiB)
+/// take, less than the bridge also takes from stdin, so the client's
+/// writes complete.
+#[test]
+fn a_closed_stdin_is_noticed_while_the_app_does_not_read() {
+    for _ in 0..2 {
+        let pipe = unique_pipe("stuck");
+        let listener = PipeListener::bind(&pipe).unwrap();
+        let mut bridge = Bridge::spawn(&pipe, &[]);
+        run(async {
+            let (reader, _writer) = listener.accept().await.unwrap();
+            let mut handshake = Vec::new();
+            let mut byte = [0u8; 1];
+            let mut reader = reader;
+            while byte != *b"\n" {
+                reader.read_exact(&mut byte).await.unwrap();
+                handshake.push(byte[0]);
+            }
+            // The app reads no more.
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}",
+                "x".repeat(1024)
+            );
+            for _ in 0..160 {
+                bridge.send(&line).await;
+            }
+            bridge.close_stdin().await;
+            let (status, stderr) = bridge.wait().await;
+            assert!(status.success(), "{:?}: {}", status, stderr);
+            drop(reader);
+        });
+    }
+}
