@@ -1144,3 +1144,41 @@ fn a_closed_stdin_is_noticed_while_the_app_does_not_read() {
         });
     }
 }
+
+/// serve's session with a command that stopped reading (a second serve,
+/// which reads no stdin) ends when the bridge goes, though serve is stuck
+/// writing to the command and never reads the connection's end: it
+/// watches the pipe. 160 KiB: more than the command's stdin takes (serve
+/// flushes each write to it, so its pipe and one buffer, about 68 KiB),
+/// less than serve also takes from the connection (its pipe, reader and
+/// relay buffers, 64 KiB each), so the client's writes complete.
+#[test]
+fn serve_notices_a_bridge_gone_while_the_command_does_not_read() {
+    let outer = unique_pipe("deaf-outer");
+    let inner = unique_pipe("deaf-inner");
+    let mut serve = Serve::start(
+        &outer,
+        &[
+            "cmd",
+            "/c",
+            BIN,
+            "serve",
+            "--endpoint",
+            &inner,
+            "--",
+            "cmd",
+            "/c",
+            "rem",
+        ],
+    );
+    run(async {
+        let (reader, mut writer) = connect_with_handshake(&outer).await;
+        let chunk = vec![b'x'; 1024];
+        for _ in 0..160 {
+            writer.write_all(&chunk).await.unwrap();
+        }
+        writer.flush().await.unwrap();
+        drop((reader, writer));
+    });
+    serve.wait_for_line("ended");
+}
