@@ -1182,3 +1182,57 @@ fn serve_notices_a_bridge_gone_while_the_command_does_not_read() {
     });
     serve.wait_for_line("ended");
 }
+
+/// An app that re-binds its pipe within its process while its bridge's
+/// connection still lives (a restart of its server part): the bind works,
+/// and when the app then drops the old connection, the surviving bridge
+/// reconnects to the new listener with a resumed handshake and relays
+/// again. Several rounds, as the reconnection races the drop.
+#[test]
+fn a_rebind_while_the_old_connection_lives_is_survived() {
+    let pipe = unique_pipe("rebind");
+    let mut bridge = Bridge::surviving(&pipe, &["--project", "p"]);
+    run(async {
+        let mut out = bridge.stdout_lines();
+        let mut listener = Listener::bind(&pipe).unwrap();
+        let mut connection = listener.accept().await.unwrap();
+        assert!(!connection.handshake.resumed);
+        for round in 0..3 {
+            let mut requests = BufReader::new(connection.reader).lines();
+            let mut replies = connection.writer;
+            let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, round);
+            let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, round);
+            round_trip(
+                &mut bridge,
+                &mut out,
+                &mut requests,
+                &mut replies,
+                &request,
+                &reply,
+            )
+            .await;
+            // The listener goes and comes back while the connection lives.
+            drop(listener);
+            listener = loop {
+                match Listener::bind(&pipe) {
+                    Ok(listener) => break listener,
+                    Err(_) => {
+                        Timer::after(Duration::from_millis(20)).await;
+                    }
+                }
+            };
+            drop((requests, replies));
+            connection = listener.accept().await.unwrap();
+            assert!(connection.handshake.resumed);
+            assert_eq!(
+                out.next().await.unwrap().unwrap(),
+                r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+                "the bridge tells the client the app came back"
+            );
+        }
+        bridge.close_stdin().await;
+        drop(connection);
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+}

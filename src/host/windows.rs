@@ -54,6 +54,23 @@
 //! that does not is cancelled, so accepting never waits for a client that
 //! does not read.
 
+//! # Binding again while connections live
+//!
+//! A pipe's name exists while any of its instances does, connected ones
+//! included, so an app that drops its listener and binds again (a restart
+//! within the process) would find its own name "in use", and a bridge
+//! meanwhile finds every instance taken (busy, which it waits for, within
+//! its connect timeout). So the listeners of this process remember their
+//! names: binding a name whose listener is gone but whose connections of
+//! ours live adds a new listening instance to our own pipe (no
+//! `FILE_FLAG_FIRST_PIPE_INSTANCE`, which would fail), checks that the
+//! instance's owner is our user (were ours all closed in between and the
+//! name taken by someone else, we would have joined theirs: refused as in
+//! use), and counts the old connections against the new listener's limit.
+//! A bridge connected to an old connection reconnects to the new listener
+//! once the app drops that connection. Another process (a restarted app)
+//! never meets this: its predecessor's connections died with it.
+//!
 //! # Nothing to clean up, nothing stale
 //!
 //! A pipe exists while some handle to it is open, and vanishes with the
@@ -61,8 +78,9 @@
 //! frees the name for the next bind. Not at the very instant of the drop,
 //! though: while an accept is pending, the waiting instance is closed by the
 //! pool thread that waits on it, once the drop has stopped that wait, a
-//! moment later; a bind in that moment fails. A live pipe of the same name
-//! makes `bind` fail with `AddrInUse`.
+//! moment later; a bind in that moment fails. A live pipe of the same name,
+//! another process's or a live listener's, makes `bind` fail with
+//! `AddrInUse`.
 
 use std::fmt;
 use std::io;
@@ -238,6 +256,41 @@ pub struct PipeListener {
     /// The most of them at once: `endpoint::pipe_connections_allowed`, or
     /// less in tests.
     max_connections: usize,
+    /// Alive while this listener is: tells [`OWN_PIPES`] that the name has
+    /// a listener, so it is not joined.
+    _mark: Arc<()>,
+}
+
+/// The pipes this process serves, by name: whether a listener of that name
+/// lives, and its connection count, which every connection shares (so it
+/// lives while any connection does). Lets a listener bind a name again
+/// while connections of an earlier one live (see the module docs).
+static OWN_PIPES: std::sync::Mutex<Vec<OwnPipe>> = std::sync::Mutex::new(Vec::new());
+
+struct OwnPipe {
+    /// The pipe's name, ASCII-lowercased (pipe names ignore case).
+    key: Vec<u16>,
+    live: std::sync::Weak<AtomicUsize>,
+    listener: std::sync::Weak<()>,
+}
+
+fn registry_key(name: &[u16]) -> Vec<u16> {
+    name.iter()
+        .map(|&c| {
+            if (u16::from(b'A')..=u16::from(b'Z')).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A poisoned lock only means a panic elsewhere; the data is still sound.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The instance clients connect to next, and the `OVERLAPPED` its
@@ -264,28 +317,54 @@ impl PipeListener {
     /// connections.
     fn with_limit(path: &Path, max_connections: usize) -> io::Result<PipeListener> {
         let name = pipe_name(path)?;
-        if pipe_exists(&name)? {
+        // Our own connections from an earlier listener of this name, if
+        // they still live and that listener does not (see "Binding again
+        // while connections live").
+        let mut registry = lock(&OWN_PIPES);
+        registry.retain(|own| own.live.strong_count() > 0);
+        let key = registry_key(&name);
+        let inherited = registry
+            .iter()
+            .find(|own| own.key == key && own.listener.strong_count() == 0)
+            .and_then(|own| own.live.upgrade());
+        if inherited.is_none() && pipe_exists(&name)? {
             return Err(pipe_in_use());
         }
         let security = SecurityDescriptor::owner_only()?;
-        // The listener holds no instance yet: only the first-instance flag
-        // makes sure the pipe we create is ours alone.
-        let first = match Pipe::create(&name, true, BUFFER_SIZE as u32, &security) {
+        // Without live instances of ours, the listener holds none yet: only
+        // the first-instance flag makes sure the pipe we create is ours
+        // alone. With them, we add an instance to our own pipe, and check
+        // that it is ours (its owner) in case ours all closed meanwhile and
+        // someone else created the name.
+        let first = inherited.is_none();
+        let listening = match Pipe::create(&name, first, BUFFER_SIZE as u32, &security) {
             // What FILE_FLAG_FIRST_PIPE_INSTANCE says when the pipe exists:
             // someone created it since we looked.
-            Err(e) if has_code(&e, ERROR_ACCESS_DENIED) => return Err(pipe_in_use()),
+            Err(e) if has_code(&e, ERROR_ACCESS_DENIED) && first => return Err(pipe_in_use()),
             other => other?,
         };
+        if !first && listening.owner_sid()? != Some(win::current_user_sid()?) {
+            return Err(pipe_in_use());
+        }
+        let live = inherited.unwrap_or_else(|| Arc::new(AtomicUsize::new(0)));
+        let mark = Arc::new(());
+        registry.retain(|own| own.key != key);
+        registry.push(OwnPipe {
+            key,
+            live: Arc::downgrade(&live),
+            listener: Arc::downgrade(&mark),
+        });
         Ok(PipeListener {
             path: path.to_path_buf(),
             name,
             security,
             listening: Arc::new(smol::lock::Mutex::new(Listening {
-                pipe: first,
+                pipe: listening,
                 op: Overlapped::new()?,
             })),
-            live: Arc::new(AtomicUsize::new(0)),
+            live,
             max_connections,
+            _mark: mark,
         })
     }
 
@@ -493,6 +572,56 @@ mod tests {
         ];
         assert!(expected.contains(&dacl), "{} (our SID {})", dacl, sid);
         assert_eq!(client.owner_sid().unwrap(), Some(sid));
+    }
+
+    /// A listener dropped while its connection lives: the name binds
+    /// again, the old connection still works, a new client reaches the new
+    /// listener, and the old connection counts against its limit.
+    #[test]
+    fn a_name_binds_again_while_old_connections_live() {
+        let path = unique_pipe("rebind");
+        let first = PipeListener::with_limit(&path, 2).unwrap();
+        run(async {
+            let (mut old_client_reader, mut old_client_writer) =
+                endpoint::connect(&path, GENEROUS).await.unwrap();
+            let (mut old_reader, mut old_writer) = first.next_connection().await.unwrap().unwrap();
+            drop(first);
+            let second = loop {
+                // A moment after the drop, as for any bind (module docs).
+                match PipeListener::with_limit(&path, 2) {
+                    Ok(listener) => break listener,
+                    Err(e) => {
+                        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{}", e);
+                        async_io::Timer::after(Duration::from_millis(10)).await;
+                    }
+                }
+            };
+            assert_eq!(second.live.load(Ordering::SeqCst), 1, "the old one counts");
+            assert!(
+                PipeListener::bind(&path).is_err(),
+                "a live listener is not joined"
+            );
+
+            old_client_writer.write_all(b"old").await.unwrap();
+            old_client_writer.flush().await.unwrap();
+            let mut got = [0u8; 3];
+            old_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"old");
+            old_writer.write_all(b"still").await.unwrap();
+            old_writer.flush().await.unwrap();
+            let mut got = [0u8; 5];
+            old_client_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"still");
+
+            let (_new_client_reader, mut new_client_writer) =
+                endpoint::connect(&path, GENEROUS).await.unwrap();
+            let (mut new_reader, _new_writer) = second.next_connection().await.unwrap().unwrap();
+            new_client_writer.write_all(b"new").await.unwrap();
+            new_client_writer.flush().await.unwrap();
+            let mut got = [0u8; 3];
+            new_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"new");
+        });
     }
 
     #[test]
