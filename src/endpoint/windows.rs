@@ -461,6 +461,18 @@ pub(super) fn check_instance(
     reader: &Reader,
     trusted: &[&Principal],
 ) -> Result<(), InstanceRefusal> {
+    match examine_instance(reader, trusted) {
+        // The server left while we asked (say, an app restarting, whose
+        // old listening instance we reached as it closed): its process is
+        // gone or the pipe no longer names one. Nothing written to this
+        // handle can reach anyone any more, and the session sees the
+        // hang-up at its first write and reconnects, as before this check.
+        Err(_) if peer_closed(&reader.pipe) == Some(true) => Ok(()),
+        other => other,
+    }
+}
+
+fn examine_instance(reader: &Reader, trusted: &[&Principal]) -> Result<(), InstanceRefusal> {
     let unknown = |pid: Option<u32>, step: &'static str, source: io::Error| {
         InstanceRefusal::Unknown(io::Error::new(
             source.kind(),
@@ -993,6 +1005,18 @@ mod tests {
             }
             other => panic!("{:?}", other),
         }
+    }
+
+    /// A server that closed its instance before the check is not a
+    /// refusal (nothing can reach anyone through that handle any more): the
+    /// session sees the hang-up and reconnects.
+    #[test]
+    fn an_instance_closed_before_the_check_is_a_hang_up_not_a_refusal() {
+        let (server, client) = connected_pair("closed-check");
+        drop(server);
+        let (reader, _writer) = pipe_halves(client).unwrap();
+        let system = parse_principal("S-1-5-18").unwrap();
+        check_instance(&reader, &[&system]).unwrap();
     }
 
     /// What Wine cannot stage: another user's process, or ours at a lower
