@@ -64,6 +64,13 @@ const INPUT_POLL: Duration = Duration::from_millis(100);
 ///   looked is not found, and not watched.)
 ///
 /// A question that fails drops its sender, so its event never fires.
+///
+/// stdin is a synchronous handle, and Windows serializes I/O on it: the
+/// questions wait while the relay's read is pending. That is harmless: the
+/// read completes when data comes or when the writers go (with
+/// `ERROR_BROKEN_PIPE`), and the question is then answered; a relay stuck
+/// writing to the app has no read pending, and that is when the answer
+/// matters.
 pub(super) fn watch_hangups(input_closed: Sender<()>, output_gone: Sender<()>) {
     if win::is_pipe(io::stdin().as_handle()) {
         let _ = std::thread::Builder::new()
