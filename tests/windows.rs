@@ -698,9 +698,23 @@ struct Serve {
 impl Serve {
     /// Starts `serve` on `pipe` with `command`, and returns once it listens.
     fn start(pipe: &str, command: &[&str]) -> Serve {
+        Serve::start_with(pipe, &[], &[], command).0
+    }
+
+    /// [`Serve::start`] with more options and environment variables; also
+    /// returns the line that says it listens.
+    fn start_with(
+        pipe: &str,
+        options: &[&str],
+        env: &[(&str, &str)],
+        command: &[&str],
+    ) -> (Serve, String) {
         let mut child = Command::new(BIN)
-            .args(["serve", "--endpoint", pipe, "--"])
+            .args(["serve", "--endpoint", pipe])
+            .args(options)
+            .arg("--")
             .args(command)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -721,8 +735,8 @@ impl Serve {
             child,
             stderr: stderr_lines,
         };
-        serve.wait_for_line("serving");
-        serve
+        let serving = serve.wait_for_line("serving");
+        (serve, serving)
     }
 
     /// Waits for a stderr line containing `needle`, and returns it.
@@ -904,6 +918,320 @@ fn a_late_pipe_and_a_restart_are_survived() {
         .await;
         bridge.close_stdin().await;
         drop((requests, replies));
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+}
+
+/// Whether a pipe called `pipe` exists: connecting to it (and leaving at
+/// once) tells, as nothing else from outside does.
+async fn pipe_exists(pipe: &str) -> bool {
+    match endpoint::connect(Path::new(pipe), Duration::from_secs(5)).await {
+        Ok(_) => true,
+        Err(e) => e.io_error().kind() != io::ErrorKind::NotFound,
+    }
+}
+
+/// Waits until the pipe `pipe` no longer exists: its last server is gone.
+async fn until_gone(pipe: &str) {
+    while pipe_exists(pipe).await {
+        Timer::after(Duration::from_millis(50)).await;
+    }
+}
+
+/// serve's command is `cmd`, which starts a grandchild that never exits
+/// by itself: a second serve, which reads no stdin and listens on a pipe of
+/// its own until stopped. Returns the outer serve, once the grandchild
+/// listens.
+fn serve_with_a_grandchild(outer: &str, inner: &str) -> (Serve, Bridge) {
+    let mut serve = Serve::start(
+        outer,
+        &[
+            "cmd",
+            "/c",
+            BIN,
+            "serve",
+            "--endpoint",
+            inner,
+            "--",
+            "cmd",
+            "/c",
+            "rem",
+        ],
+    );
+    let bridge = Bridge::spawn(outer, &[]);
+    // The grandchild's own "serving ... on '<inner>'", through serve's
+    // copy of its command's stderr.
+    serve.wait_for_line(&format!("on '{}'", inner));
+    (serve, bridge)
+}
+
+/// The helpers of a command die with its session: when the bridge goes,
+/// serve stops `cmd`, and the serve that `cmd` started goes with it (the
+/// job object), instead of listening on for ever. Several rounds, since
+/// stopping races the grandchild's start.
+#[test]
+fn a_grandchild_dies_with_its_session() {
+    for round in 0..3 {
+        let outer = unique_pipe(&format!("job-outer-{}", round));
+        let inner = unique_pipe(&format!("job-inner-{}", round));
+        let (mut serve, bridge) = serve_with_a_grandchild(&outer, &inner);
+        run(async {
+            assert!(pipe_exists(&inner).await, "the grandchild listens");
+            drop(bridge);
+            until_gone(&inner).await;
+        });
+        serve.wait_for_line("ended");
+    }
+}
+
+/// A serve that is killed (no clean-up code runs) takes its commands and
+/// their helpers along: the system closes its handle to each job, and
+/// each job kills what is in it.
+#[test]
+fn a_killed_serve_takes_the_helpers_along() {
+    let outer = unique_pipe("job-killed-outer");
+    let inner = unique_pipe("job-killed-inner");
+    let (mut serve, _bridge) = serve_with_a_grandchild(&outer, &inner);
+    run(async {
+        assert!(pipe_exists(&inner).await, "the grandchild listens");
+        serve.child.kill().unwrap();
+        until_gone(&inner).await;
+    });
+}
+
+/// A bridge whose parent (the CLI) exits leaves at once, though its stdin
+/// stays open and the app is connected and silent: its parent here is a
+/// `cmd` that starts it in the background and exits. The bridge's stdout
+/// reaches its end once the bridge has exited.
+#[test]
+fn a_bridge_whose_parent_exits_leaves() {
+    let pipe = unique_pipe("orphan");
+    let listener = PipeListener::bind(&pipe).unwrap();
+    // `start` takes a program name starting with '/' (Wine gives BIN as a
+    // Unix path) for an option: the name alone, in its folder.
+    let bin = Path::new(BIN);
+    let mut parent = Command::new("cmd")
+        .current_dir(bin.parent().unwrap())
+        .args(["/c", "start", "/b"])
+        .arg(bin.file_name().unwrap())
+        .args(["mcp-server", "--endpoint", &pipe])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held open until the end: the bridge's stdin never ends.
+    let _stdin = parent.stdin.take();
+    let stdout = parent.stdout.take().map(Unblock::new).unwrap();
+    run(async {
+        // The app accepts the bridge and keeps the connection, silent.
+        let _app = smol::spawn(async move {
+            let mut connections = Vec::new();
+            loop {
+                connections.push(listener.accept().await);
+            }
+        });
+        let mut rest = Vec::new();
+        let mut stdout = stdout;
+        stdout.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    });
+    parent.wait().unwrap();
+}
+
+/// Connects to `pipe` and sends a handshake.
+async fn connect_with_handshake(pipe: &str) -> (endpoint::Reader, endpoint::Writer) {
+    let (reader, mut writer) = endpoint::connect(Path::new(pipe), GENEROUS).await.unwrap();
+    writer
+        .write_all(&Handshake::new("p", "limits").to_line())
+        .await
+        .unwrap();
+    writer.flush().await.unwrap();
+    (reader, writer)
+}
+
+/// serve holds its connection limit to what its threads allow (here a pool
+/// of 60 threads: 12 pipe connections, 10 served), says so, and refuses
+/// beyond it with the refusal line; so does the pipe itself beyond its own
+/// limit, where a peer has not even sent its handshake.
+#[test]
+fn serve_refuses_beyond_what_its_threads_allow() {
+    let pipe = unique_pipe("threads");
+    let absent = unique_pipe("threads-absent");
+    // A command that stays until its stdin ends: a bridge waiting for an
+    // app that never comes.
+    let command = [
+        BIN,
+        "mcp-server",
+        "--endpoint",
+        &absent,
+        "--connect-timeout",
+        "3600",
+    ];
+    let (mut serve, serving) = Serve::start_with(
+        &pipe,
+        &["--max-connections", "64"],
+        &[("BLOCKING_MAX_THREADS", "60")],
+        &command,
+    );
+    assert!(serving.contains("at most 10 connections"), "{}", serving);
+    let mut served = Vec::new();
+    for _ in 0..10 {
+        served.push(run(connect_with_handshake(&pipe)));
+        serve.wait_for_line("started pid");
+    }
+    run(async {
+        let (reader, _writer) = connect_with_handshake(&pipe).await;
+        let mut lines = BufReader::new(reader).lines();
+        let line = lines.next().await.unwrap().unwrap();
+        assert!(line.contains(r#""code":-32000"#), "{}", line);
+        assert!(line.contains("connection limit: 10"), "{}", line);
+        // The end: serve has let go of it, and of its place on the pipe.
+        assert!(lines.next().await.is_none(), "then the end");
+    });
+    serve.wait_for_line("refused");
+    run(async {
+        // Two peers that send nothing fill the pipe's 12 places.
+        let _silent = [
+            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
+            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
+        ];
+        let (reader, _writer) = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+        let mut lines = BufReader::new(reader).lines();
+        let line = lines.next().await.unwrap().unwrap();
+        assert!(line.contains(r#""code":-32000"#), "{}", line);
+        assert!(line.contains("12 connections are open"), "{}", line);
+        assert!(lines.next().await.is_none(), "then the end");
+    });
+    drop(served);
+}
+
+/// A client that writes more than the app takes and then closes the
+/// bridge's stdin, while the app never reads: the bridge is stuck writing
+/// to the app and never reads stdin's end, yet notices the writer gone
+/// (the pipe's state) and leaves after the drain grace. 160 KiB: more than
+/// the app's pipe (64 KiB) and the bridge's buffer towards it (64 KiB)
+/// take, less than the bridge also takes from stdin, so the client's
+/// writes complete.
+#[test]
+fn a_closed_stdin_is_noticed_while_the_app_does_not_read() {
+    for _ in 0..2 {
+        let pipe = unique_pipe("stuck");
+        let listener = PipeListener::bind(&pipe).unwrap();
+        let mut bridge = Bridge::spawn(&pipe, &[]);
+        run(async {
+            let (reader, _writer) = listener.accept().await.unwrap();
+            let mut handshake = Vec::new();
+            let mut byte = [0u8; 1];
+            let mut reader = reader;
+            while byte != *b"\n" {
+                reader.read_exact(&mut byte).await.unwrap();
+                handshake.push(byte[0]);
+            }
+            // The app reads no more.
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":\"{}\"}}",
+                "x".repeat(1024)
+            );
+            for _ in 0..160 {
+                bridge.send(&line).await;
+            }
+            bridge.close_stdin().await;
+            let (status, stderr) = bridge.wait().await;
+            assert!(status.success(), "{:?}: {}", status, stderr);
+            drop(reader);
+        });
+    }
+}
+
+/// serve's session with a command that stopped reading (a second serve,
+/// which reads no stdin) ends when the bridge goes, though serve is stuck
+/// writing to the command and never reads the connection's end: it
+/// watches the pipe. 160 KiB: more than the command's stdin takes (serve
+/// flushes each write to it, so its pipe and one buffer, about 68 KiB),
+/// less than serve also takes from the connection (its pipe, reader and
+/// relay buffers, 64 KiB each), so the client's writes complete.
+#[test]
+fn serve_notices_a_bridge_gone_while_the_command_does_not_read() {
+    let outer = unique_pipe("deaf-outer");
+    let inner = unique_pipe("deaf-inner");
+    let mut serve = Serve::start(
+        &outer,
+        &[
+            "cmd",
+            "/c",
+            BIN,
+            "serve",
+            "--endpoint",
+            &inner,
+            "--",
+            "cmd",
+            "/c",
+            "rem",
+        ],
+    );
+    run(async {
+        let (reader, mut writer) = connect_with_handshake(&outer).await;
+        let chunk = vec![b'x'; 1024];
+        for _ in 0..160 {
+            writer.write_all(&chunk).await.unwrap();
+        }
+        writer.flush().await.unwrap();
+        drop((reader, writer));
+    });
+    serve.wait_for_line("ended");
+}
+
+/// An app that re-binds its pipe within its process while its bridge's
+/// connection still lives (a restart of its server part): the bind works,
+/// and when the app then drops the old connection, the surviving bridge
+/// reconnects to the new listener with a resumed handshake and relays
+/// again. Several rounds, as the reconnection races the drop.
+#[test]
+fn a_rebind_while_the_old_connection_lives_is_survived() {
+    let pipe = unique_pipe("rebind");
+    let mut bridge = Bridge::surviving(&pipe, &["--project", "p"]);
+    run(async {
+        let mut out = bridge.stdout_lines();
+        let mut listener = Listener::bind(&pipe).unwrap();
+        let mut connection = listener.accept().await.unwrap();
+        assert!(!connection.handshake.resumed);
+        for round in 0..3 {
+            let mut requests = BufReader::new(connection.reader).lines();
+            let mut replies = connection.writer;
+            let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, round);
+            let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, round);
+            round_trip(
+                &mut bridge,
+                &mut out,
+                &mut requests,
+                &mut replies,
+                &request,
+                &reply,
+            )
+            .await;
+            // The listener goes and comes back while the connection lives.
+            drop(listener);
+            listener = loop {
+                match Listener::bind(&pipe) {
+                    Ok(listener) => break listener,
+                    Err(_) => {
+                        Timer::after(Duration::from_millis(20)).await;
+                    }
+                }
+            };
+            drop((requests, replies));
+            connection = listener.accept().await.unwrap();
+            assert!(connection.handshake.resumed);
+            assert_eq!(
+                out.next().await.unwrap().unwrap(),
+                r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+                "the bridge tells the client the app came back"
+            );
+        }
+        bridge.close_stdin().await;
+        drop(connection);
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
     });

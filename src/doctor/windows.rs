@@ -8,10 +8,9 @@ use std::path::Path;
 /// Named pipes have no half-close: closing our end is the whole close.
 pub(super) const HALF_CLOSE: bool = false;
 
-/// Where every pipe name starts.
-const PIPE_PREFIX: &str = r"\\.\pipe\";
-
-/// What the endpoint's name says before anything connects to it.
+/// What the endpoint's name says before anything connects to it: checked
+/// as the bridge checks it (`\\.\pipe\NAME`, with no `.` or `..`
+/// components and no `/`, which could lead to a file or another machine).
 #[derive(Debug)]
 pub(super) struct Facts {
     /// Worth connecting to: a pipe name.
@@ -21,18 +20,36 @@ pub(super) struct Facts {
 }
 
 pub(super) fn inspect(path: &Path) -> Facts {
-    let name = path.to_string_lossy();
-    let usable = name.len() > PIPE_PREFIX.len()
-        && name
-            .get(..PIPE_PREFIX.len())
-            .map_or(false, |p| p.eq_ignore_ascii_case(PIPE_PREFIX));
+    let checked = crate::endpoint::pipe_name(path);
     Facts {
-        usable,
-        detail: if usable {
-            "a named pipe name".to_string()
-        } else {
-            format!("not a named pipe name ({}NAME)", PIPE_PREFIX)
+        usable: checked.is_ok(),
+        detail: match checked {
+            Ok(_) => "a named pipe name".to_string(),
+            Err(e) => format!("not a usable pipe name: {}", e),
         },
         warnings: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_names_are_checked_as_the_bridge_does() {
+        assert!(inspect(Path::new(r"\\.\pipe\app")).usable);
+        for bad in [
+            r"\\.\pipe\..\C:\windows\win.ini",
+            r"\\.\pipe\a/b",
+            r"C:\app.sock",
+        ] {
+            let facts = inspect(Path::new(bad));
+            assert!(!facts.usable, "{}", bad);
+            assert!(
+                facts.detail.starts_with("not a usable pipe name"),
+                "{}",
+                facts.detail
+            );
+        }
     }
 }

@@ -29,7 +29,10 @@ mod windows;
 use windows as platform;
 /// The pipe connection, which the host's `PipeListener` hands out too.
 #[cfg(windows)]
-pub(crate) use windows::{pipe_halves, pipe_name, PipeReader, PipeWriter};
+pub(crate) use windows::{
+    pipe_connections_allowed, pipe_halves, pipe_name, pool_threads, serve_connections_allowed,
+    PipeReader, PipeWriter,
+};
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.
@@ -188,6 +191,20 @@ pub fn verify_server(
     let trusted =
         platform::trusted_by_default(&server, &me) || also.map_or(false, |u| u.0 == server);
     if trusted {
+        // The name's owner is trusted; on Windows, the process serving our
+        // instance must be too (see `windows.rs`, "Who serves the pipe").
+        #[cfg(windows)]
+        {
+            let users: Vec<&platform::Principal> =
+                std::iter::once(&me).chain(also.map(|u| &u.0)).collect();
+            platform::check_instance(&reader.0, &users).map_err(|refusal| match refusal {
+                platform::InstanceRefusal::Unknown(e) => refuse(Fault::Unidentified, e),
+                platform::InstanceRefusal::Foreign { server, me } => refuse(
+                    Fault::Untrusted { server, me },
+                    io::ErrorKind::PermissionDenied.into(),
+                ),
+            })?;
+        }
         return Ok(());
     }
     Err(refuse(

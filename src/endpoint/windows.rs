@@ -39,7 +39,9 @@
 //! its crate docs), after which every other blocking call of the process
 //! (accepting, waiting for a busy pipe, stdio) queues behind them. A bridge
 //! has one connection; the host side caps its connections well below the
-//! pool (see `host/windows.rs`).
+//! pool: [`pipe_connections_allowed`], a fifth of it (see `host/windows.rs`),
+//! and `serve`, whose connections each hold a command's pipes too, fewer
+//! ([`serve_connections_allowed`]).
 //!
 //! Dropping a half sets its `stop` event: its thread cancels the pending
 //! operation (`CancelIoEx`) and waits for it to finish before letting go of
@@ -92,20 +94,39 @@
 //! # Who serves the pipe
 //!
 //! Pipe names are one namespace for the whole machine, so anyone could have
-//! created the name first. The pipe's *owner* SID says who did:
-//! [`server_principal`] reads it on our connected handle, and
+//! created the name first. Two checks run on our connected handle before any
+//! byte is sent, and both must pass.
+//!
+//! **The pipe's owner** ([`server_principal`]): the SID that whoever created
+//! the name's first instance made the owner of its security descriptor.
 //! [`trusted_by_default`] accepts only our own user. The owner is what the
-//! creator's token made it, and a process cannot name another user as the
-//! owner of what it creates without a privilege (`SeRestorePrivilege`)
-//! ordinary users lack: Microsoft's "Owner of a New Object": "A process with
-//! the SE_RESTORE_NAME privilege enabled or with WRITE_OWNER access to the
-//! object can set any valid user or group SID as the owner of an object",
-//! and of tokens: "The system does not allow you to set a token's default
-//! owner to a SID that is not valid, such as the SID of another user's
-//! account." The owner is read from the handle we already hold, so it is
-//! the pipe we talk to, with no process id that could be reused in between
-//! and no need to open the server's process or token. A pipe without an
-//! owner is refused.
+//! creator's token allows: the `TOKEN_OWNER` rule, "The Owner must be a
+//! legally formed SID and must match one of the user or group SIDs already in
+//! the token. If it is a group SID, the Owner must match a group SID in the
+//! token, where the attributes on the group must include SE_GROUP_OWNER and
+//! must not include SE_GROUP_USE_FOR_DENY_ONLY" (ntifs.h, `TOKEN_OWNER`,
+//! Remarks). Another user's token does not hold our SID, so it cannot make us
+//! the owner; only a process with `SE_RESTORE_NAME` enabled can name any SID
+//! as the owner (Microsoft's "Owner of a New Object"), which ordinary users
+//! lack. A pipe without an owner is refused.
+//!
+//! **The instance's server process** ([`check_instance`]). Windows keeps
+//! one security descriptor per pipe *name*, set by the creator of the first
+//! instance; anyone its DACL lets write may add instances (`FILE_GENERIC_WRITE`
+//! includes `FILE_CREATE_PIPE_INSTANCE`), and a client may land on theirs,
+//! which the owner check would pass. So we also ask which process serves
+//! *our* instance (`GetNamedPipeServerProcessId`: "Retrieves the server
+//! process identifier for the specified named pipe"), open it with
+//! `PROCESS_QUERY_LIMITED_INFORMATION` (what `OpenProcessToken` needs: "The
+//! handle must have PROCESS_QUERY_LIMITED_INFORMATION access"), and read its
+//! token: its user must be one we trust (our own, or the one given with
+//! `--trust-server-user`), and its integrity level at least ours, since a
+//! process of our own user at Low integrity (a sandboxed renderer) can add an
+//! instance too. A process or token we cannot open is refused, with the
+//! reason. The id is read while we are connected to the instance, so the
+//! server is alive (its instance would be broken otherwise), and the process
+//! is checked to be still running once opened: the handle then pins that
+//! process, and an id reused in between cannot pass for it.
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -210,6 +231,49 @@ pub(crate) struct PipeReader {
 pub(crate) struct PipeWriter {
     io: Unblock<Half>,
     _stop: SetOnDrop,
+}
+
+/// How often a connection's far end is asked whether it has closed (see
+/// [`PipeReader::hangup`]).
+const HANGUP_POLL: Duration = Duration::from_millis(100);
+
+impl PipeReader {
+    /// Completes once the other end has closed the connection, noticed
+    /// without reading: pipes have no half-close, so a closed end is the
+    /// whole end. The pipe is asked every [`HANGUP_POLL`] on a timer, not a
+    /// thread: its state (`FILE_PIPE_CLOSING_STATE`, which Windows reports
+    /// even while bytes the peer wrote wait unread), and failing that,
+    /// whether a peek fails with a hang-up error (what Wine reports, once
+    /// nothing is left unread). Never completes if the pipe cannot be
+    /// asked.
+    pub(crate) fn hangup(&self) -> impl Future<Output = ()> + Send + 'static {
+        let pipe = self.pipe.clone();
+        async move {
+            loop {
+                match peer_closed(&pipe) {
+                    Some(true) => return,
+                    Some(false) => {}
+                    None => futures_lite::future::pending::<()>().await,
+                }
+                Timer::after(HANGUP_POLL).await;
+            }
+        }
+    }
+}
+
+/// Whether the other end of `pipe` has closed; `None` if the pipe cannot
+/// tell.
+fn peer_closed(pipe: &Pipe) -> Option<bool> {
+    match win::other_end_closed(pipe.handle()) {
+        Ok(Some(closed)) => return Some(closed),
+        Ok(None) => {}
+        Err(_) => return None,
+    }
+    match win::bytes_waiting(pipe.handle()) {
+        Ok(_) => Some(false),
+        Err(e) if is_hangup(&e) => Some(true),
+        Err(_) => None,
+    }
 }
 
 /// Splits a connected pipe (either end) into its two directions, each with
@@ -328,6 +392,35 @@ impl AsyncWrite for PipeWriter {
     }
 }
 
+/// The most threads `blocking`'s pool runs, as it reads them:
+/// `BLOCKING_MAX_THREADS` if set to a number (held to 1..=10000), else 500.
+pub(crate) fn pool_threads() -> usize {
+    std::env::var("BLOCKING_MAX_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(500, |n| n.clamp(1, 10_000))
+}
+
+/// The most pipe connections a host keeps open at once: a fifth of the
+/// pool, since each may pin two of its threads (a read always, a write while
+/// the peer does not read). 100 with the default pool.
+pub(crate) fn pipe_connections_allowed() -> usize {
+    (pool_threads() / 5).max(1)
+}
+
+/// The most connections `serve` serves at once: nine tenths of
+/// [`pipe_connections_allowed`], the rest left for peers still sending
+/// their handshake and peers being refused (so a refusal is a line, not a
+/// cut). Each one served pins up to five threads: its pipe's two, and the
+/// command's stdout and stderr readers and stdin writer (async-process
+/// drives a child's pipes from the pool on Windows). At the limit, with
+/// every other pipe connection pinning two, that is 94% of the pool, the
+/// rest left for accepting, stdio and the log: 90 with the default pool
+/// (450 + 20 threads of 500).
+pub(crate) fn serve_connections_allowed() -> usize {
+    (pipe_connections_allowed() * 9 / 10).max(1)
+}
+
 /// Who runs a server or a bridge: a user's SID in its canonical string form,
 /// `S-1-5-21-...`, as the system writes it, so equal SIDs are equal strings.
 // Called by the trust check of `endpoint::connect` (issue 14); until that
@@ -349,6 +442,121 @@ fn owner_required(owner: Option<String>) -> io::Result<Principal> {
             "the pipe names no owner, so who serves it is unknown",
         )
     })
+}
+
+/// Why the process serving our pipe instance is not trusted (see
+/// [`check_instance`]).
+#[derive(Debug)]
+pub(super) enum InstanceRefusal {
+    /// Who runs it could not be told: the error says why.
+    Unknown(io::Error),
+    /// It runs as someone we do not trust, or below our integrity level.
+    Foreign { server: String, me: String },
+}
+
+/// The per-instance check of the module docs: the process that serves the
+/// instance `reader` is connected to runs as one of `trusted` (SIDs), at
+/// an integrity level at least ours.
+pub(super) fn check_instance(
+    reader: &Reader,
+    trusted: &[&Principal],
+) -> Result<(), InstanceRefusal> {
+    match examine_instance(reader, trusted) {
+        // The server left while we asked (say, an app restarting, whose
+        // old listening instance we reached as it closed): its process is
+        // gone or the pipe no longer names one. Nothing written to this
+        // handle can reach anyone any more, and the session sees the
+        // hang-up at its first write and reconnects, as before this check.
+        Err(_) if peer_closed(&reader.pipe) == Some(true) => Ok(()),
+        other => other,
+    }
+}
+
+fn examine_instance(reader: &Reader, trusted: &[&Principal]) -> Result<(), InstanceRefusal> {
+    let unknown = |pid: Option<u32>, step: &'static str, source: io::Error| {
+        InstanceRefusal::Unknown(io::Error::new(
+            source.kind(),
+            InstanceError { pid, step, source },
+        ))
+    };
+    let pid = reader
+        .pipe
+        .server_process_id()
+        .map_err(|e| unknown(None, "ask the pipe which process serves it", e))?;
+    let process =
+        win::Process::open(pid).map_err(|e| unknown(Some(pid), "open the server process", e))?;
+    let server = process
+        .token_facts()
+        .map_err(|e| unknown(Some(pid), "read the server process's token", e))?;
+    let running = process
+        .is_running()
+        .map_err(|e| unknown(Some(pid), "see whether the server process runs", e))?;
+    if !running {
+        let gone = io::Error::new(io::ErrorKind::NotFound, "it has exited");
+        return Err(unknown(Some(pid), "check the server process", gone));
+    }
+    let me = win::own_token_facts().map_err(|e| unknown(None, "read our own token", e))?;
+    instance_verdict(pid, &server, &me, trusted)
+}
+
+/// The verdict of [`check_instance`] on what it read, apart so that tests
+/// can give it what Wine (one user, one integrity level) cannot stage.
+fn instance_verdict(
+    pid: u32,
+    server: &win::TokenFacts,
+    me: &win::TokenFacts,
+    trusted: &[&Principal],
+) -> Result<(), InstanceRefusal> {
+    let user_trusted = trusted.iter().any(|&t| *t == server.user);
+    if user_trusted && server.integrity >= me.integrity {
+        return Ok(());
+    }
+    Err(InstanceRefusal::Foreign {
+        server: format!(
+            "process {} of {} at {} integrity",
+            pid,
+            server.user,
+            integrity_name(server.integrity)
+        ),
+        me: format!("{} at {} integrity", me.user, integrity_name(me.integrity)),
+    })
+}
+
+/// How an integrity level (the RID of a mandatory label) is named.
+fn integrity_name(rid: u32) -> String {
+    match rid {
+        0 => "untrusted".to_string(),
+        0x1000 => "low".to_string(),
+        0x2000 => "medium".to_string(),
+        0x2100 => "medium-plus".to_string(),
+        0x3000 => "high".to_string(),
+        0x4000 => "system".to_string(),
+        other => format!("0x{:x}", other),
+    }
+}
+
+/// A step of [`check_instance`] that failed. Display says which step;
+/// `source()` is the OS error.
+#[derive(Debug)]
+struct InstanceError {
+    pid: Option<u32>,
+    step: &'static str,
+    source: io::Error,
+}
+
+impl std::fmt::Display for InstanceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "cannot {} (process {})", self.step, pid),
+            None => write!(f, "cannot {}", self.step),
+        }
+    }
+}
+
+impl std::error::Error for InstanceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// The user this process runs as: its token's user SID.
@@ -410,7 +618,28 @@ pub(crate) fn pipe_name(path: &Path) -> io::Result<Vec<u16>> {
             ),
         ));
     }
+    let rest = String::from_utf16_lossy(&name[prefix.len()..name.len() - 1]);
+    if let Some(why) = name_fault(&rest) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+    }
     Ok(name)
+}
+
+/// What is wrong with `rest`, a pipe's name after `\\.\pipe\`, if anything.
+/// Windows resolves `.` and `..` components and turns `/` into `\` in a
+/// `\\.\` path before the pipe file system sees it, so
+/// `\\.\pipe\..\C:\windows\win.ini` opens a file and `..\UNC\host\share`
+/// reaches another machine. Refused: `/`, and any component made of dots
+/// (and spaces, which the same normalization may trim) only.
+fn name_fault(rest: &str) -> Option<&'static str> {
+    if rest.contains('/') {
+        return Some("a pipe name must not contain '/'");
+    }
+    let dots_only = |c: &str| !c.is_empty() && c.chars().all(|ch| ch == '.' || ch == ' ');
+    if rest.split('\\').any(dots_only) {
+        return Some("a pipe name must not contain '.' or '..' components");
+    }
+    None
 }
 
 fn ascii_lowercase(c: u16) -> u16 {
@@ -505,6 +734,29 @@ mod tests {
         assert_overlapped(client.clone());
         assert_overlapped(server.clone());
         drop((client, server));
+    }
+
+    /// A client that goes away is noticed on the server's end without a
+    /// read, with nothing left unread, and with bytes it wrote still unread
+    /// (the pipe's state says so; Wine reports it as Windows does).
+    #[test]
+    fn a_closed_client_is_noticed_without_reading() {
+        let (server, client) = connected_pair("hangup");
+        assert_eq!(peer_closed(&server), Some(false));
+        drop(client);
+        assert_eq!(peer_closed(&server), Some(true));
+
+        let (server, client) = connected_pair("hangup-data");
+        let stop = Event::new().unwrap();
+        client
+            .write(&mut Overlapped::new().unwrap(), b"unread", &stop)
+            .unwrap();
+        assert_eq!(peer_closed(&server), Some(false));
+        drop(client);
+        assert_eq!(win::bytes_waiting(server.handle()).unwrap(), 6);
+        assert_eq!(peer_closed(&server), Some(true));
+        let (reader, _writer) = pipe_halves(server).unwrap();
+        within_generous(move || smol::block_on(reader.hangup()));
     }
 
     /// A message-type server (as .NET and WCF create) writes zero bytes,
@@ -684,7 +936,14 @@ mod tests {
 
     #[test]
     fn pipe_names_are_checked() {
-        for good in [r"\\.\pipe\app", r"\\.\PIPE\App-1", r"\\.\Pipe\a\b"] {
+        for good in [
+            r"\\.\pipe\app",
+            r"\\.\PIPE\App-1",
+            r"\\.\Pipe\a\b",
+            r"\\.\pipe\a.b",
+            r"\\.\pipe\.app",
+            r"\\.\pipe\app..",
+        ] {
             assert!(pipe_name(Path::new(good)).is_ok(), "{}", good);
         }
         for bad in [
@@ -693,6 +952,14 @@ mod tests {
             r"pipe\app",
             r"\\server\pipe\app",
             "",
+            r"\\.\pipe\..\C:\windows\win.ini",
+            r"\\.\pipe\..\UNC\host\share\x",
+            r"\\.\pipe\a\.\b",
+            r"\\.\pipe\a\..",
+            r"\\.\pipe\.",
+            r"\\.\pipe\. .\x",
+            r"\\.\pipe\a/b",
+            r"\\.\pipe\../x",
         ] {
             let err = pipe_name(Path::new(bad)).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{}", bad);
@@ -712,6 +979,71 @@ mod tests {
         assert!(me.starts_with("S-1-"), "{}", me);
         assert_eq!(server, me);
         assert!(trusted_by_default(&server, &me));
+    }
+
+    /// The per-instance check, for real: the process serving the app's
+    /// pipe is this one, run by our user at our integrity level, so it is
+    /// trusted; it is refused when our user is not among the trusted.
+    #[test]
+    fn the_instance_is_served_by_our_own_process() {
+        let path = unique_pipe("instance");
+        let _listener = crate::host::Listener::bind(&path).unwrap();
+        let (reader, _writer) = smol::block_on(connect(&path, GENEROUS)).unwrap();
+        assert_eq!(reader.pipe.server_process_id().unwrap(), std::process::id());
+        let me = own_principal().unwrap();
+        check_instance(&reader, &[&me]).unwrap();
+        let system = parse_principal("S-1-5-18").unwrap();
+        match check_instance(&reader, &[&system]) {
+            Err(InstanceRefusal::Foreign { server, me: ours }) => {
+                assert!(server.contains(&me), "{}", server);
+                assert!(
+                    server.contains(&std::process::id().to_string()),
+                    "{}",
+                    server
+                );
+                assert!(ours.contains(&me), "{}", ours);
+            }
+            other => panic!("{:?}", other),
+        }
+    }
+
+    /// A server that closed its instance before the check is not a
+    /// refusal (nothing can reach anyone through that handle any more): the
+    /// session sees the hang-up and reconnects.
+    #[test]
+    fn an_instance_closed_before_the_check_is_a_hang_up_not_a_refusal() {
+        let (server, client) = connected_pair("closed-check");
+        drop(server);
+        let (reader, _writer) = pipe_halves(client).unwrap();
+        let system = parse_principal("S-1-5-18").unwrap();
+        check_instance(&reader, &[&system]).unwrap();
+    }
+
+    /// What Wine cannot stage: another user's process, or ours at a lower
+    /// integrity level, is refused; a higher level is fine.
+    #[test]
+    fn foreign_or_lower_integrity_servers_are_refused() {
+        let me = own_principal().unwrap();
+        let other = parse_principal("S-1-5-21-1-2-3-1001").unwrap();
+        let facts = |user: &str, integrity| win::TokenFacts {
+            user: user.to_string(),
+            integrity,
+        };
+        let ours = facts(&me, 0x2000);
+        assert!(instance_verdict(7, &facts(&me, 0x2000), &ours, &[&me]).is_ok());
+        assert!(instance_verdict(7, &facts(&me, 0x3000), &ours, &[&me]).is_ok());
+        assert!(instance_verdict(7, &facts(&other, 0x2000), &ours, &[&me, &other]).is_ok());
+        for (server, why) in [
+            (facts(&me, 0x1000), "low integrity"),
+            (facts(&other, 0x2000), "medium integrity"),
+        ] {
+            match instance_verdict(7, &server, &ours, &[&me]) {
+                Err(InstanceRefusal::Foreign { server, .. }) => {
+                    assert!(server.contains(why), "{}", server)
+                }
+                other => panic!("{:?}", other),
+            }
+        }
     }
 
     /// The refusing path, which Wine (one user) cannot stage: a pipe owned by

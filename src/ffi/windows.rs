@@ -37,39 +37,61 @@ use std::io;
 use std::os::windows::ffi::OsStrExt;
 use std::os::windows::fs::OpenOptionsExt;
 use std::os::windows::io::{
-    AsRawHandle, FromRawHandle, HandleOrInvalid, HandleOrNull, OwnedHandle,
+    AsHandle, AsRawHandle, BorrowedHandle, FromRawHandle, HandleOrInvalid, HandleOrNull,
+    OwnedHandle,
 };
 use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use windows_sys::Wdk::Storage::FileSystem::{
+    FilePipeLocalInformation, NtQueryInformationFile, FILE_PIPE_CLOSING_STATE,
+    FILE_PIPE_CONNECTED_STATE, FILE_PIPE_LOCAL_INFORMATION,
+};
 use windows_sys::Win32::Foundation::{
-    LocalFree, ERROR_INSUFFICIENT_BUFFER, ERROR_IO_PENDING, ERROR_MORE_DATA, ERROR_NO_DATA,
-    ERROR_PIPE_CONNECTED, HANDLE, WAIT_OBJECT_0,
+    LocalFree, RtlNtStatusToDosError, ERROR_INSUFFICIENT_BUFFER, ERROR_IO_PENDING, ERROR_MORE_DATA,
+    ERROR_NO_DATA, ERROR_PIPE_CONNECTED, FILETIME, HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT,
 };
 use windows_sys::Win32::Security::Authorization::{
     ConvertSidToStringSidW, ConvertStringSecurityDescriptorToSecurityDescriptorW,
-    ConvertStringSidToSidW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT,
+    ConvertStringSidToSidW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT, SE_OBJECT_TYPE,
 };
 use windows_sys::Win32::Security::{
-    GetTokenInformation, TokenUser, OWNER_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID,
-    SECURITY_ATTRIBUTES, TOKEN_QUERY, TOKEN_USER,
+    GetSidSubAuthority, GetSidSubAuthorityCount, GetTokenInformation, TokenIntegrityLevel,
+    TokenUser, OWNER_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID, SECURITY_ATTRIBUTES,
+    TOKEN_INFORMATION_CLASS, TOKEN_MANDATORY_LABEL, TOKEN_QUERY, TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, PIPE_ACCESS_DUPLEX,
-    SECURITY_IDENTIFICATION, SECURITY_SQOS_PRESENT,
+    CreateFileW, GetFileType, ReadFile, WriteFile, FILE_APPEND_DATA, FILE_ATTRIBUTE_NORMAL,
+    FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TYPE_PIPE, OPEN_ALWAYS, PIPE_ACCESS_DUPLEX,
+    READ_CONTROL, SECURITY_IDENTIFICATION, SECURITY_SQOS_PRESENT, SYNCHRONIZE,
 };
 use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
+use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+    CreateToolhelp32Snapshot, Process32FirstW, Process32NextW, Thread32First, Thread32Next,
+    PROCESSENTRY32W, TH32CS_SNAPPROCESS, TH32CS_SNAPTHREAD, THREADENTRY32,
+};
+use windows_sys::Win32::System::JobObjects::{
+    AssignProcessToJobObject, CreateJobObjectW, JobObjectBasicAccountingInformation,
+    JobObjectExtendedLimitInformation, QueryInformationJobObject, SetInformationJobObject,
+    TerminateJobObject, JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+};
 use windows_sys::Win32::System::Pipes::{
-    ConnectNamedPipe, CreateNamedPipeW, WaitNamedPipeW, PIPE_READMODE_BYTE,
-    PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES, PIPE_WAIT,
+    ConnectNamedPipe, CreateNamedPipeW, GetNamedPipeServerProcessId, PeekNamedPipe, WaitNamedPipeW,
+    PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES,
+    PIPE_WAIT,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, GetCurrentProcess, OpenProcessToken, ResetEvent, SetEvent,
-    WaitForMultipleObjects, INFINITE,
+    CreateEventW, GetCurrentProcess, GetProcessTimes, OpenProcess, OpenProcessToken, OpenThread,
+    ResetEvent, ResumeThread, SetEvent, WaitForMultipleObjects, WaitForSingleObject, INFINITE,
+    PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SYNCHRONIZE, THREAD_SUSPEND_RESUME,
 };
-use windows_sys::Win32::System::IO::{CancelIoEx, GetOverlappedResult, OVERLAPPED};
+use windows_sys::Win32::System::IO::{
+    CancelIoEx, GetOverlappedResult, IO_STATUS_BLOCK, OVERLAPPED,
+};
 
 /// `name` as a NUL-terminated UTF-16 string, for the `W` functions.
 pub(crate) fn wide(name: &OsStr) -> io::Result<Vec<u16>> {
@@ -424,40 +446,175 @@ impl Pipe {
     /// process must have been granted READ_CONTROL access when the handle was
     /// opened."
     pub(crate) fn owner_sid(&self) -> io::Result<Option<String>> {
-        let mut owner: PSID = ptr::null_mut();
-        let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
-        // SAFETY: the handle is valid for the duration of the call; `owner`
-        // and `descriptor` are valid places for the results. On success
-        // `descriptor` is a LocalAlloc'd block that `owned` frees, and
-        // `owner`, if not NULL, points into it.
-        let status = unsafe {
-            GetSecurityInfo(
-                self.raw(),
-                SE_KERNEL_OBJECT,
-                OWNER_SECURITY_INFORMATION,
-                &mut owner,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-                &mut descriptor,
-            )
-        };
-        if status != 0 {
-            return Err(io::Error::from_raw_os_error(status as i32));
+        owner_sid_of(self.handle(), SE_KERNEL_OBJECT)
+    }
+
+    /// The id of the process that created this pipe instance: the server
+    /// we are connected to, not whoever created the name first.
+    /// GetNamedPipeServerProcessId: "Retrieves the server process
+    /// identifier for the specified named pipe."
+    pub(crate) fn server_process_id(&self) -> io::Result<u32> {
+        let mut pid = 0u32;
+        // SAFETY: the handle is valid for the call; `pid` is a valid place
+        // for the answer.
+        if unsafe { GetNamedPipeServerProcessId(self.raw(), &mut pid) } == 0 {
+            return Err(io::Error::last_os_error());
         }
-        let owned = LocalBlock(descriptor);
-        if owner.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: `owner` is a valid SID inside `owned`, which is alive.
-        let sid = unsafe { sid_string(owner) };
-        drop(owned);
-        sid.map(Some)
+        Ok(pid)
+    }
+
+    /// The handle, for the questions any pipe handle can be asked.
+    pub(crate) fn handle(&self) -> BorrowedHandle<'_> {
+        self.0.as_handle()
     }
 
     fn raw(&self) -> HANDLE {
         self.0.as_raw_handle()
     }
+}
+
+/// The owner SID, in string form, of the object `handle` (a kernel object
+/// or a file, as `kind` says), or `None` if its security descriptor names
+/// none. The handle needs `READ_CONTROL`.
+pub(crate) fn owner_sid_of(
+    handle: BorrowedHandle<'_>,
+    kind: SE_OBJECT_TYPE,
+) -> io::Result<Option<String>> {
+    let mut owner: PSID = ptr::null_mut();
+    let mut descriptor: PSECURITY_DESCRIPTOR = ptr::null_mut();
+    // SAFETY: the handle is valid for the duration of the call; `owner`
+    // and `descriptor` are valid places for the results. On success
+    // `descriptor` is a LocalAlloc'd block that `owned` frees, and
+    // `owner`, if not NULL, points into it.
+    let status = unsafe {
+        GetSecurityInfo(
+            handle.as_raw_handle(),
+            kind,
+            OWNER_SECURITY_INFORMATION,
+            &mut owner,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut descriptor,
+        )
+    };
+    if status != 0 {
+        return Err(io::Error::from_raw_os_error(status as i32));
+    }
+    let owned = LocalBlock(descriptor);
+    if owner.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: `owner` is a valid SID inside `owned`, which is alive.
+    let sid = unsafe { sid_string(owner) };
+    drop(owned);
+    sid.map(Some)
+}
+
+/// Opens the file `path` for appending, creating it with `security` if it
+/// does not exist (`OPEN_ALWAYS`; an existing file keeps its own
+/// descriptor). Shared for reading, writing and deletion, as std shares,
+/// so another process may rotate it away. The handle can also read the
+/// file's owner (`READ_CONTROL`) and attributes.
+pub(crate) fn open_append_creating(
+    path: &Path,
+    security: &SecurityDescriptor,
+) -> io::Result<std::fs::File> {
+    let name = wide(path.as_os_str())?;
+    let attributes = SECURITY_ATTRIBUTES {
+        nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+        lpSecurityDescriptor: security.0,
+        bInheritHandle: 0,
+    };
+    // SAFETY: `name` is a NUL-terminated UTF-16 string and `attributes`
+    // points at a valid descriptor owned by `security`; both outlive the
+    // call, which only reads them. The returned handle, unless
+    // INVALID_HANDLE_VALUE, is ours to own and close.
+    let handle = unsafe {
+        HandleOrInvalid::from_raw_handle(CreateFileW(
+            name.as_ptr(),
+            FILE_APPEND_DATA | FILE_READ_ATTRIBUTES | READ_CONTROL | SYNCHRONIZE,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            &attributes,
+            OPEN_ALWAYS,
+            FILE_ATTRIBUTE_NORMAL,
+            ptr::null_mut(),
+        ))
+    };
+    OwnedHandle::try_from(handle)
+        .map(std::fs::File::from)
+        .map_err(|_| io::Error::last_os_error())
+}
+
+/// Whether `handle` is a pipe (anonymous or named), rather than a console,
+/// a file or a character device.
+pub(crate) fn is_pipe(handle: BorrowedHandle<'_>) -> bool {
+    // SAFETY: the handle is valid for the call (borrowed).
+    unsafe { GetFileType(handle.as_raw_handle()) == FILE_TYPE_PIPE }
+}
+
+/// Asks the read end `handle` of a pipe how many bytes wait in it, without
+/// reading them. Fails with `ERROR_BROKEN_PIPE` once every writer has gone
+/// and nothing is left to read. PeekNamedPipe: "The handle must have
+/// GENERIC_READ access to the pipe", and it works on anonymous pipes too
+/// ("hNamedPipe: A handle to the pipe. This parameter can be a handle to a
+/// named pipe instance, as returned by the CreateNamedPipe or CreateFile
+/// function, or it can be a handle to the read end of an anonymous pipe").
+pub(crate) fn bytes_waiting(handle: BorrowedHandle<'_>) -> io::Result<u32> {
+    let mut available = 0u32;
+    // SAFETY: the handle is valid for the call (borrowed); a NULL buffer of
+    // size 0 reads nothing; `available` is a valid place for the count and
+    // the other counts are not asked for.
+    let ok = unsafe {
+        PeekNamedPipe(
+            handle.as_raw_handle(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            &mut available,
+            ptr::null_mut(),
+        )
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(available)
+}
+
+/// Whether the other end of the pipe `handle` (either end of a named or an
+/// anonymous pipe) has closed: its state is `FILE_PIPE_CLOSING_STATE`
+/// ("The pipe has been closed by the other end", `FILE_PIPE_LOCAL_INFORMATION`
+/// in ntifs.h), even while bytes it wrote are still waiting to be read.
+/// `Ok(None)` when the system does not say. Needs
+/// `FILE_READ_ATTRIBUTES` access ("FilePipeLocalInformation ... The
+/// FileHandle must have FILE_READ_ATTRIBUTES access", NtQueryInformationFile
+/// in the docs of `ZwQueryInformationFile`), which both ends of an anonymous
+/// pipe and both ends of our named pipes have.
+pub(crate) fn other_end_closed(handle: BorrowedHandle<'_>) -> io::Result<Option<bool>> {
+    let mut status = IO_STATUS_BLOCK::default();
+    let mut info = FILE_PIPE_LOCAL_INFORMATION::default();
+    // SAFETY: the handle is valid for the call (borrowed); `status` and
+    // `info` are valid places of the sizes given for the answer. The call
+    // is synchronous: nothing is written after it returns.
+    let ntstatus = unsafe {
+        NtQueryInformationFile(
+            handle.as_raw_handle(),
+            &mut status,
+            (&mut info as *mut FILE_PIPE_LOCAL_INFORMATION).cast(),
+            std::mem::size_of::<FILE_PIPE_LOCAL_INFORMATION>() as u32,
+            FilePipeLocalInformation,
+        )
+    };
+    if ntstatus < 0 {
+        // SAFETY: plain conversion of a status code.
+        let code = unsafe { RtlNtStatusToDosError(ntstatus) };
+        return Err(io::Error::from_raw_os_error(code as i32));
+    }
+    Ok(match info.NamedPipeState {
+        FILE_PIPE_CLOSING_STATE => Some(true),
+        FILE_PIPE_CONNECTED_STATE => Some(false),
+        _ => None,
+    })
 }
 
 /// Where ReadFile and WriteFile may store a byte count that nobody reads:
@@ -582,22 +739,59 @@ impl Drop for LocalBlock {
 /// The SID of the user this process runs as, in string form
 /// (`S-1-5-21-...`), from the process token.
 pub(crate) fn current_user_sid() -> io::Result<String> {
-    let mut raw: HANDLE = ptr::null_mut();
     // SAFETY: GetCurrentProcess returns a pseudo-handle that needs no
-    // closing; `raw` is a valid place for the token handle.
-    if unsafe { OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &mut raw) } == 0 {
+    // closing and is valid for the whole life of the process.
+    let token = open_token(unsafe { GetCurrentProcess() })?;
+    token_user(&token)
+}
+
+/// Who a process runs as, from its token: the user SID (`S-1-5-21-...`)
+/// and the integrity level (the RID of its mandatory label: 0x1000 low,
+/// 0x2000 medium, 0x3000 high, 0x4000 system).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TokenFacts {
+    pub(crate) user: String,
+    pub(crate) integrity: u32,
+}
+
+/// This process's own [`TokenFacts`].
+pub(crate) fn own_token_facts() -> io::Result<TokenFacts> {
+    // SAFETY: as in `current_user_sid`.
+    token_facts(unsafe { GetCurrentProcess() })
+}
+
+fn token_facts(process: HANDLE) -> io::Result<TokenFacts> {
+    let token = open_token(process)?;
+    Ok(TokenFacts {
+        user: token_user(&token)?,
+        integrity: token_integrity(&token)?,
+    })
+}
+
+/// The token of `process` (a handle with at least
+/// PROCESS_QUERY_LIMITED_INFORMATION access), opened for querying.
+fn open_token(process: HANDLE) -> io::Result<OwnedHandle> {
+    let mut raw: HANDLE = ptr::null_mut();
+    // SAFETY: `process` is a valid process handle for the duration of the
+    // call (the caller's); `raw` is a valid place for the token handle.
+    if unsafe { OpenProcessToken(process, TOKEN_QUERY, &mut raw) } == 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: on success `raw` is a token handle that we own; OwnedHandle
     // closes it.
-    let token = unsafe { OwnedHandle::from_raw_handle(raw) };
+    Ok(unsafe { OwnedHandle::from_raw_handle(raw) })
+}
+
+/// One `GetTokenInformation` class of `token`, in a buffer of u64s so
+/// that the structure at its start (which holds pointers) is aligned.
+fn token_information(token: &OwnedHandle, class: TOKEN_INFORMATION_CLASS) -> io::Result<Vec<u64>> {
     let mut needed = 0u32;
     // SAFETY: asking for the size only: a NULL buffer of length 0, and
     // `needed` is a valid place for the answer.
     unsafe {
         GetTokenInformation(
             token.as_raw_handle(),
-            TokenUser,
+            class,
             ptr::null_mut(),
             0,
             &mut needed,
@@ -607,15 +801,14 @@ pub(crate) fn current_user_sid() -> io::Result<String> {
     if e.raw_os_error() != Some(ERROR_INSUFFICIENT_BUFFER as i32) {
         return Err(e);
     }
-    // u64s, so the TOKEN_USER at its start (which holds a pointer) is
-    // suitably aligned.
     let mut buffer = vec![0u64; (needed as usize + 7) / 8];
     // SAFETY: `buffer` is valid for `needed` writable bytes (rounded up) and
-    // aligned for TOKEN_USER; `needed` is a valid place for the length.
+    // aligned for any token information structure; `needed` is a valid
+    // place for the length.
     let ok = unsafe {
         GetTokenInformation(
             token.as_raw_handle(),
-            TokenUser,
+            class,
             buffer.as_mut_ptr().cast(),
             needed,
             &mut needed,
@@ -624,11 +817,272 @@ pub(crate) fn current_user_sid() -> io::Result<String> {
     if ok == 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(buffer)
+}
+
+fn token_user(token: &OwnedHandle) -> io::Result<String> {
+    let buffer = token_information(token, TokenUser)?;
     // SAFETY: GetTokenInformation filled the buffer with a TOKEN_USER
     // (whose SID pointer points further into `buffer`, still alive).
     let sid = unsafe { (*buffer.as_ptr().cast::<TOKEN_USER>()).User.Sid };
     // SAFETY: `sid` is a valid SID inside `buffer`, which is alive.
     unsafe { sid_string(sid) }
+}
+
+/// The RID of the token's mandatory label: its last subauthority
+/// (`S-1-16-8192` is medium, 0x2000).
+fn token_integrity(token: &OwnedHandle) -> io::Result<u32> {
+    let buffer = token_information(token, TokenIntegrityLevel)?;
+    // SAFETY: GetTokenInformation filled the buffer with a
+    // TOKEN_MANDATORY_LABEL, whose SID points further into `buffer`.
+    let sid = unsafe { (*buffer.as_ptr().cast::<TOKEN_MANDATORY_LABEL>()).Label.Sid };
+    // SAFETY: `sid` is a valid SID inside `buffer`, which is alive; the
+    // subauthority count is read before indexing, so the index is in range.
+    let rid = unsafe {
+        let count = *GetSidSubAuthorityCount(sid);
+        if count == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the token's integrity label has no level",
+            ));
+        }
+        *GetSidSubAuthority(sid, u32::from(count) - 1)
+    };
+    Ok(rid)
+}
+
+/// A handle to another process, opened with the least access that tells
+/// who runs it and when it exits.
+#[derive(Debug)]
+pub(crate) struct Process(OwnedHandle);
+
+impl Process {
+    /// Opens the process `pid` with PROCESS_QUERY_LIMITED_INFORMATION (enough
+    /// for OpenProcessToken: "The handle must have
+    /// PROCESS_QUERY_LIMITED_INFORMATION access") and SYNCHRONIZE (to wait
+    /// for its exit).
+    pub(crate) fn open(pid: u32) -> io::Result<Process> {
+        // SAFETY: plain call; the returned handle, if not NULL, is ours to
+        // own and close.
+        let handle = unsafe {
+            HandleOrNull::from_raw_handle(OpenProcess(
+                PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_SYNCHRONIZE,
+                0,
+                pid,
+            ))
+        };
+        OwnedHandle::try_from(handle)
+            .map(Process)
+            .map_err(|_| io::Error::last_os_error())
+    }
+
+    /// Who runs it: its token's user and integrity level.
+    pub(crate) fn token_facts(&self) -> io::Result<TokenFacts> {
+        token_facts(self.0.as_raw_handle())
+    }
+
+    /// Whether it has not exited yet.
+    pub(crate) fn is_running(&self) -> io::Result<bool> {
+        // SAFETY: the handle is valid and has SYNCHRONIZE access.
+        match unsafe { WaitForSingleObject(self.0.as_raw_handle(), 0) } {
+            WAIT_TIMEOUT => Ok(true),
+            WAIT_OBJECT_0 => Ok(false),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// Waits until it exits, or until `stop` is set; returns whether it
+    /// exited.
+    pub(crate) fn wait_exit(&self, stop: &Event) -> io::Result<bool> {
+        let handles = [self.0.as_raw_handle(), stop.raw()];
+        // SAFETY: both handles are valid and waitable, and outlive the call.
+        match unsafe { WaitForMultipleObjects(2, handles.as_ptr(), 0, INFINITE) } {
+            WAIT_OBJECT_0 => Ok(true),
+            w if w == WAIT_OBJECT_0 + 1 => Ok(false),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// When it was created, in 100 ns units since 1601.
+    pub(crate) fn created(&self) -> io::Result<u64> {
+        process_created(self.0.as_raw_handle())
+    }
+}
+
+/// This process's creation time, as [`Process::created`] gives it.
+pub(crate) fn own_creation_time() -> io::Result<u64> {
+    // SAFETY: as in `current_user_sid`.
+    process_created(unsafe { GetCurrentProcess() })
+}
+
+fn process_created(process: HANDLE) -> io::Result<u64> {
+    let mut times = [FILETIME::default(); 4];
+    let [created, exited, kernel, user] = &mut times;
+    // SAFETY: `process` is valid (the caller's) with at least
+    // PROCESS_QUERY_LIMITED_INFORMATION; the four out-pointers are valid.
+    if unsafe { GetProcessTimes(process, created, exited, kernel, user) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(times[0].dwHighDateTime) << 32 | u64::from(times[0].dwLowDateTime))
+}
+
+/// The process id of our parent: the process that created us, as the
+/// system's process snapshot records it (Windows keeps no link to a
+/// parent, only its id at our creation), or `None` if we are not in the
+/// snapshot.
+pub(crate) fn parent_process_id() -> io::Result<Option<u32>> {
+    let me = std::process::id();
+    let mut parent = None;
+    for_each_snapshot_entry(TH32CS_SNAPPROCESS, |snapshot| {
+        let mut entry = PROCESSENTRY32W {
+            dwSize: std::mem::size_of::<PROCESSENTRY32W>() as u32,
+            ..PROCESSENTRY32W::default()
+        };
+        // SAFETY: `snapshot` is a valid process snapshot and `entry` a
+        // PROCESSENTRY32W with dwSize set, as Process32FirstW requires.
+        let mut more = unsafe { Process32FirstW(snapshot, &mut entry) } != 0;
+        while more {
+            if entry.th32ProcessID == me {
+                parent = Some(entry.th32ParentProcessID);
+                break;
+            }
+            // SAFETY: as above.
+            more = unsafe { Process32NextW(snapshot, &mut entry) } != 0;
+        }
+    })?;
+    Ok(parent)
+}
+
+/// Resumes every thread of the process `pid` (created suspended: its one
+/// thread). std does not hand out the thread handle CreateProcessW
+/// returned, so the threads are found in a snapshot.
+pub(crate) fn resume_threads(pid: u32) -> io::Result<()> {
+    let mut result = Ok(());
+    let mut resumed = 0;
+    for_each_snapshot_entry(TH32CS_SNAPTHREAD, |snapshot| {
+        let mut entry = THREADENTRY32 {
+            dwSize: std::mem::size_of::<THREADENTRY32>() as u32,
+            ..THREADENTRY32::default()
+        };
+        // SAFETY: `snapshot` is a valid thread snapshot and `entry` a
+        // THREADENTRY32 with dwSize set, as Thread32First requires.
+        let mut more = unsafe { Thread32First(snapshot, &mut entry) } != 0;
+        while more {
+            if entry.th32OwnerProcessID == pid {
+                if let Err(e) = resume_thread(entry.th32ThreadID) {
+                    result = Err(e);
+                }
+                resumed += 1;
+            }
+            // SAFETY: as above.
+            more = unsafe { Thread32Next(snapshot, &mut entry) } != 0;
+        }
+    })?;
+    if resumed == 0 && result.is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the new process has no thread to resume",
+        ));
+    }
+    result
+}
+
+fn resume_thread(tid: u32) -> io::Result<()> {
+    // SAFETY: plain call; the returned handle, if not NULL, is ours to own
+    // and close.
+    let handle =
+        unsafe { HandleOrNull::from_raw_handle(OpenThread(THREAD_SUSPEND_RESUME, 0, tid)) };
+    let thread = OwnedHandle::try_from(handle).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the handle is valid with THREAD_SUSPEND_RESUME access.
+    if unsafe { ResumeThread(thread.as_raw_handle()) } == u32::MAX {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Takes a Toolhelp snapshot of the kind `flags` and hands it to `walk`.
+fn for_each_snapshot_entry(flags: u32, walk: impl FnOnce(HANDLE)) -> io::Result<()> {
+    // SAFETY: plain call; the returned handle, unless INVALID_HANDLE_VALUE,
+    // is ours to own and close.
+    let handle = unsafe { HandleOrInvalid::from_raw_handle(CreateToolhelp32Snapshot(flags, 0)) };
+    let snapshot = OwnedHandle::try_from(handle).map_err(|_| io::Error::last_os_error())?;
+    walk(snapshot.as_raw_handle());
+    Ok(())
+}
+
+/// A job object whose processes are all killed when its last handle
+/// closes (JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE): when we drop it, or when
+/// this process ends, however it ends.
+#[derive(Debug)]
+pub(crate) struct Job(OwnedHandle);
+
+impl Job {
+    pub(crate) fn new() -> io::Result<Job> {
+        // SAFETY: NULL attributes (default security, not inheritable) and no
+        // name; the returned handle, if not NULL, is ours to own and close.
+        let handle =
+            unsafe { HandleOrNull::from_raw_handle(CreateJobObjectW(ptr::null(), ptr::null())) };
+        let job = OwnedHandle::try_from(handle)
+            .map(Job)
+            .map_err(|_| io::Error::last_os_error())?;
+        let mut limits = JOBOBJECT_EXTENDED_LIMIT_INFORMATION::default();
+        limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+        // SAFETY: the job handle is valid; `limits` is the structure the
+        // class names, of the size given, alive for the call.
+        let ok = unsafe {
+            SetInformationJobObject(
+                job.0.as_raw_handle(),
+                JobObjectExtendedLimitInformation,
+                (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+                std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+            )
+        };
+        if ok == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(job)
+    }
+
+    /// Puts the process `process` (a handle with PROCESS_SET_QUOTA and
+    /// PROCESS_TERMINATE access, such as CreateProcess returns) in the job.
+    pub(crate) fn assign(&self, process: &impl AsRawHandle) -> io::Result<()> {
+        // SAFETY: both handles are valid for the call.
+        if unsafe { AssignProcessToJobObject(self.0.as_raw_handle(), process.as_raw_handle()) } == 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// How many processes in the job are still running.
+    pub(crate) fn active_processes(&self) -> io::Result<u32> {
+        let mut info = JOBOBJECT_BASIC_ACCOUNTING_INFORMATION::default();
+        // SAFETY: the job handle is valid; `info` is the structure the class
+        // names, of the size given; the returned length is not asked for.
+        let ok = unsafe {
+            QueryInformationJobObject(
+                self.0.as_raw_handle(),
+                JobObjectBasicAccountingInformation,
+                (&mut info as *mut JOBOBJECT_BASIC_ACCOUNTING_INFORMATION).cast(),
+                std::mem::size_of::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>() as u32,
+                ptr::null_mut(),
+            )
+        };
+        if ok == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(info.ActiveProcesses)
+    }
+
+    /// Ends every process in the job with exit code 1.
+    pub(crate) fn terminate(&self) -> io::Result<()> {
+        // SAFETY: the job handle is valid and has JOB_OBJECT_TERMINATE (all
+        // access, as created).
+        if unsafe { TerminateJobObject(self.0.as_raw_handle(), 1) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 /// `text`, a SID in string form (`S-1-5-18`, `s-1-5-21-...`), checked by

@@ -44,10 +44,32 @@
 //! Each connection pins a thread of `blocking`'s pool for reading, and one
 //! more while writing (see `endpoint/windows.rs`). The pool stops at 500
 //! threads, and then every blocking call in the process waits, accepting
-//! included: the host would stall for everyone. So at most
-//! [`MAX_CONNECTIONS`] connections live at once (a connection counts until
-//! both of its halves are dropped); a client beyond that is disconnected at
-//! once, with a log line, and its bridge sees the end of the stream.
+//! included: the host would stall for everyone. So at most a fifth of the
+//! pool's threads in connections live at once (100 with the default pool;
+//! `endpoint::pipe_connections_allowed`; a connection counts until both of
+//! its halves are dropped). A client beyond that gets the protocol's
+//! refusal line and the end of the stream at once, with a log line. The
+//! line is written without a pool thread: an overlapped write of a few
+//! bytes into the new instance's empty buffer completes at once, and one
+//! that does not is cancelled, so accepting never waits for a client that
+//! does not read.
+
+//! # Binding again while connections live
+//!
+//! A pipe's name exists while any of its instances does, connected ones
+//! included, so an app that drops its listener and binds again (a restart
+//! within the process) would find its own name "in use", and a bridge
+//! meanwhile finds every instance taken (busy, which it waits for, within
+//! its connect timeout). So the listeners of this process remember their
+//! names: binding a name whose listener is gone but whose connections of
+//! ours live adds a new listening instance to our own pipe (no
+//! `FILE_FLAG_FIRST_PIPE_INSTANCE`, which would fail), checks that the
+//! instance's owner is our user (were ours all closed in between and the
+//! name taken by someone else, we would have joined theirs: refused as in
+//! use), and counts the old connections against the new listener's limit.
+//! A bridge connected to an old connection reconnects to the new listener
+//! once the app drops that connection. Another process (a restarted app)
+//! never meets this: its predecessor's connections died with it.
 //!
 //! # Nothing to clean up, nothing stale
 //!
@@ -56,8 +78,9 @@
 //! frees the name for the next bind. Not at the very instant of the drop,
 //! though: while an accept is pending, the waiting instance is closed by the
 //! pool thread that waits on it, once the drop has stopped that wait, a
-//! moment later; a bind in that moment fails. A live pipe of the same name
-//! makes `bind` fail with `AddrInUse`.
+//! moment later; a bind in that moment fails. A live pipe of the same name,
+//! another process's or a live listener's, makes `bind` fail with
+//! `AddrInUse`.
 
 use std::fmt;
 use std::io;
@@ -73,27 +96,19 @@ use windows_sys::Win32::Foundation::{
 };
 
 use super::Accepted;
-use crate::endpoint::{pipe_halves, pipe_name, PipeReader, PipeWriter};
+use crate::endpoint::{pipe_connections_allowed, pipe_halves, pipe_name, PipeReader, PipeWriter};
 use crate::ffi::windows::{
     self as win, has_code, Event, Overlapped, Pipe, SecurityDescriptor, SetOnDrop,
 };
 use crate::relay::BUFFER_SIZE;
 
-/// Most connections a [`PipeListener`] keeps open at once. Each pins one
-/// thread of `blocking`'s pool while idle (its reader) and two while the app
-/// writes, and the pool stops at 500 threads, after which every blocking
-/// call in the process (the next accept, a bridge's wait for a busy pipe)
-/// waits. 200 connections use at most 400, leaving the rest to everything
-/// else; no MCP host has nearly that many agents connected at once.
-const MAX_CONNECTIONS: usize = 200;
-
 /// The reading half of a connection accepted on a pipe. Holds the
-/// connection's place under [`MAX_CONNECTIONS`].
+/// connection's place under the listener's limit.
 #[derive(Debug)]
 pub(super) struct Reader(PipeReader, Arc<Slot>);
 
 /// The writing half of a connection accepted on a pipe. Holds the
-/// connection's place under [`MAX_CONNECTIONS`].
+/// connection's place under the listener's limit.
 #[derive(Debug)]
 pub(super) struct Writer(PipeWriter, Arc<Slot>);
 
@@ -148,11 +163,11 @@ pub(super) fn readable(
     futures_lite::future::ready(Ok(()))
 }
 
-/// Never completes: there is no hang-up watcher on Windows yet, so a
-/// session ends when its relay sees the pipe close, which it does not
-/// while it is stuck writing to a command that stopped reading.
-pub(super) fn hangup(_reader: &Reader) -> impl std::future::Future<Output = ()> + Send + 'static {
-    futures_lite::future::pending()
+/// Completes once the peer has closed its end: pipes have no half-close,
+/// so that is unambiguous (see `PipeReader::hangup`). A session stuck
+/// writing to a command that stopped reading then ends all the same.
+pub(super) fn hangup(reader: &Reader) -> impl std::future::Future<Output = ()> + Send + 'static {
+    reader.0.hangup()
 }
 
 impl Acceptor {
@@ -205,11 +220,12 @@ impl Acceptor {
 /// until an accept readies another instance. Dropping the listener closes
 /// the listening instance; connections already accepted live on.
 ///
-/// **At most 200 connections at once** (a connection lives until both of
-/// its halves are dropped): each holds a thread of the pool behind
-/// `smol::unblock` (500 threads at most). A client beyond that is
-/// disconnected at once and the refusal is logged on stderr; accept goes on
-/// waiting for the next one.
+/// **At most 100 connections at once** (a fifth of the threads of the pool
+/// behind `smol::unblock`, 500 unless `BLOCKING_MAX_THREADS` says
+/// otherwise; a connection lives until both of its halves are dropped):
+/// each holds one of its threads, two while writing. A client beyond that
+/// gets the refusal line and is disconnected at once, and the refusal is
+/// logged on stderr; accept goes on waiting for the next one.
 ///
 /// ```no_run
 /// # fn main() -> std::io::Result<()> {
@@ -237,8 +253,44 @@ pub struct PipeListener {
     listening: Arc<smol::lock::Mutex<Listening>>,
     /// Connections handed out and still alive.
     live: Arc<AtomicUsize>,
-    /// The most of them at once: [`MAX_CONNECTIONS`], or less in tests.
+    /// The most of them at once: `endpoint::pipe_connections_allowed`, or
+    /// less in tests.
     max_connections: usize,
+    /// Alive while this listener is: tells [`OWN_PIPES`] that the name has
+    /// a listener, so it is not joined.
+    _mark: Arc<()>,
+}
+
+/// The pipes this process serves, by name: whether a listener of that name
+/// lives, and its connection count, which every connection shares (so it
+/// lives while any connection does). Lets a listener bind a name again
+/// while connections of an earlier one live (see the module docs).
+static OWN_PIPES: std::sync::Mutex<Vec<OwnPipe>> = std::sync::Mutex::new(Vec::new());
+
+struct OwnPipe {
+    /// The pipe's name, ASCII-lowercased (pipe names ignore case).
+    key: Vec<u16>,
+    live: std::sync::Weak<AtomicUsize>,
+    listener: std::sync::Weak<()>,
+}
+
+fn registry_key(name: &[u16]) -> Vec<u16> {
+    name.iter()
+        .map(|&c| {
+            if (u16::from(b'A')..=u16::from(b'Z')).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A poisoned lock only means a panic elsewhere; the data is still sound.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The instance clients connect to next, and the `OVERLAPPED` its
@@ -258,35 +310,61 @@ impl PipeListener {
     /// or another listener of ours, serves it); `InvalidInput` for a name
     /// that is not a pipe name; otherwise the OS error.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<PipeListener> {
-        PipeListener::with_limit(path.as_ref(), MAX_CONNECTIONS)
+        PipeListener::with_limit(path.as_ref(), pipe_connections_allowed())
     }
 
     /// [`bind`](PipeListener::bind), with at most `max_connections` live
     /// connections.
     fn with_limit(path: &Path, max_connections: usize) -> io::Result<PipeListener> {
         let name = pipe_name(path)?;
-        if pipe_exists(&name)? {
+        // Our own connections from an earlier listener of this name, if
+        // they still live and that listener does not (see "Binding again
+        // while connections live").
+        let mut registry = lock(&OWN_PIPES);
+        registry.retain(|own| own.live.strong_count() > 0);
+        let key = registry_key(&name);
+        let inherited = registry
+            .iter()
+            .find(|own| own.key == key && own.listener.strong_count() == 0)
+            .and_then(|own| own.live.upgrade());
+        if inherited.is_none() && pipe_exists(&name)? {
             return Err(pipe_in_use());
         }
         let security = SecurityDescriptor::owner_only()?;
-        // The listener holds no instance yet: only the first-instance flag
-        // makes sure the pipe we create is ours alone.
-        let first = match Pipe::create(&name, true, BUFFER_SIZE as u32, &security) {
+        // Without live instances of ours, the listener holds none yet: only
+        // the first-instance flag makes sure the pipe we create is ours
+        // alone. With them, we add an instance to our own pipe, and check
+        // that it is ours (its owner) in case ours all closed meanwhile and
+        // someone else created the name.
+        let first = inherited.is_none();
+        let listening = match Pipe::create(&name, first, BUFFER_SIZE as u32, &security) {
             // What FILE_FLAG_FIRST_PIPE_INSTANCE says when the pipe exists:
             // someone created it since we looked.
-            Err(e) if has_code(&e, ERROR_ACCESS_DENIED) => return Err(pipe_in_use()),
+            Err(e) if has_code(&e, ERROR_ACCESS_DENIED) && first => return Err(pipe_in_use()),
             other => other?,
         };
+        if !first && listening.owner_sid()? != Some(win::current_user_sid()?) {
+            return Err(pipe_in_use());
+        }
+        let live = inherited.unwrap_or_else(|| Arc::new(AtomicUsize::new(0)));
+        let mark = Arc::new(());
+        registry.retain(|own| own.key != key);
+        registry.push(OwnPipe {
+            key,
+            live: Arc::downgrade(&live),
+            listener: Arc::downgrade(&mark),
+        });
         Ok(PipeListener {
             path: path.to_path_buf(),
             name,
             security,
             listening: Arc::new(smol::lock::Mutex::new(Listening {
-                pipe: first,
+                pipe: listening,
                 op: Overlapped::new()?,
             })),
-            live: Arc::new(AtomicUsize::new(0)),
+            live,
             max_connections,
+            _mark: mark,
         })
     }
 
@@ -316,16 +394,28 @@ impl PipeListener {
     }
 
     /// The next client's connection, or `None` if it was refused (and
-    /// disconnected) because [`MAX_CONNECTIONS`] are open.
+    /// disconnected) because the most connections allowed are open.
     async fn next_connection(&self) -> io::Result<Option<(Reader, Writer)>> {
         let pipe = self.next_client().await?;
         let slot = match Slot::take(&self.live, self.max_connections) {
             Some(slot) => Arc::new(slot),
-            // Closing our end disconnects the client: its reads end.
-            None => return Ok(None),
+            None => {
+                refuse_at_once(&pipe, &self.refusal_reason());
+                // Closing our end then disconnects the client: after the
+                // line, its reads end.
+                return Ok(None);
+            }
         };
         let (reader, writer) = pipe_halves(pipe)?;
         Ok(Some((Reader(reader, slot.clone()), Writer(writer, slot))))
+    }
+
+    /// What a client refused for the limit is told.
+    fn refusal_reason(&self) -> String {
+        format!(
+            "the app is busy: {} connections are open, the most it serves at once; try again later",
+            self.max_connections
+        )
     }
 
     /// What the log says about a client refused for the limit.
@@ -366,6 +456,23 @@ impl fmt::Debug for PipeListener {
             .field("live_connections", &self.live.load(Ordering::SeqCst))
             .finish()
     }
+}
+
+/// Writes the protocol's refusal line for `reason` to the client of `pipe`
+/// if the pipe takes it at once (the module docs say why it does), without
+/// a pool thread; a write that would wait is cancelled. Best effort: the
+/// client is disconnected either way.
+fn refuse_at_once(pipe: &Pipe, reason: &str) {
+    let line = super::refusal_line(reason);
+    let (stop, op) = match (Event::new(), Overlapped::new()) {
+        (Ok(stop), Ok(op)) => (stop, op),
+        _ => return,
+    };
+    // Set before the write: `write` returns as soon as the write has
+    // completed, or cancels it if it is still pending.
+    stop.set();
+    let mut op = op;
+    let _ = pipe.write(&mut op, &line, &stop);
 }
 
 /// Whether a pipe called `name` (NUL-terminated UTF-16) exists, with an
@@ -467,6 +574,56 @@ mod tests {
         assert_eq!(client.owner_sid().unwrap(), Some(sid));
     }
 
+    /// A listener dropped while its connection lives: the name binds
+    /// again, the old connection still works, a new client reaches the new
+    /// listener, and the old connection counts against its limit.
+    #[test]
+    fn a_name_binds_again_while_old_connections_live() {
+        let path = unique_pipe("rebind");
+        let first = PipeListener::with_limit(&path, 2).unwrap();
+        run(async {
+            let (mut old_client_reader, mut old_client_writer) =
+                endpoint::connect(&path, GENEROUS).await.unwrap();
+            let (mut old_reader, mut old_writer) = first.next_connection().await.unwrap().unwrap();
+            drop(first);
+            let second = loop {
+                // A moment after the drop, as for any bind (module docs).
+                match PipeListener::with_limit(&path, 2) {
+                    Ok(listener) => break listener,
+                    Err(e) => {
+                        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{}", e);
+                        async_io::Timer::after(Duration::from_millis(10)).await;
+                    }
+                }
+            };
+            assert_eq!(second.live.load(Ordering::SeqCst), 1, "the old one counts");
+            assert!(
+                PipeListener::bind(&path).is_err(),
+                "a live listener is not joined"
+            );
+
+            old_client_writer.write_all(b"old").await.unwrap();
+            old_client_writer.flush().await.unwrap();
+            let mut got = [0u8; 3];
+            old_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"old");
+            old_writer.write_all(b"still").await.unwrap();
+            old_writer.flush().await.unwrap();
+            let mut got = [0u8; 5];
+            old_client_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"still");
+
+            let (_new_client_reader, mut new_client_writer) =
+                endpoint::connect(&path, GENEROUS).await.unwrap();
+            let (mut new_reader, _new_writer) = second.next_connection().await.unwrap().unwrap();
+            new_client_writer.write_all(b"new").await.unwrap();
+            new_client_writer.flush().await.unwrap();
+            let mut got = [0u8; 3];
+            new_reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"new");
+        });
+    }
+
     #[test]
     fn a_live_pipe_is_not_joined() {
         let path = unique_pipe("live");
@@ -475,10 +632,10 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{}", e);
     }
 
-    /// With the limit reached, the next client is disconnected at once (it
-    /// reads the end of the stream, nothing else) instead of waiting for a
-    /// pool thread; once a connection is dropped, its place is free again.
-    /// The limit is 1 here instead of [`MAX_CONNECTIONS`].
+    /// With the limit reached, the next client gets the refusal line and is
+    /// disconnected at once (it reads the line, then the end of the stream)
+    /// instead of waiting for a pool thread; once a connection is dropped,
+    /// its place is free again. The limit is 1 here.
     #[test]
     fn connections_beyond_the_limit_are_refused_at_once() {
         let path = unique_pipe("limit");
@@ -492,7 +649,11 @@ mod tests {
             assert!(listener.next_connection().await.unwrap().is_none());
             let mut rest = Vec::new();
             refused.read_to_end(&mut rest).await.unwrap();
-            assert!(rest.is_empty(), "the refused client got {:?}", rest);
+            assert_eq!(
+                String::from_utf8_lossy(&rest),
+                String::from_utf8_lossy(&super::super::refusal_line(&listener.refusal_reason()))
+            );
+            assert!(listener.refusal_reason().contains("1 connections are open"));
             assert!(listener.refusal().contains("1 connections are open"));
 
             drop(first);

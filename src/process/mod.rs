@@ -31,9 +31,10 @@
 //! between that check and the signal, and whose id is recycled in that instant
 //! by another new group, could be mistaken for it.)
 //!
-//! On Windows there is no process group to lead and no polite signal: the
-//! child is terminated with `TerminateProcess` after the stdin grace, and
-//! processes it started are not followed (a job object would be the analogue).
+//! On Windows the group is a job object (see `process/windows.rs`): the
+//! child and everything it starts run in a job that ends with its last
+//! handle, ours, and there is no polite signal: after the stdin grace the
+//! whole job is terminated.
 //!
 //! ```
 //! # #[cfg(unix)] fn main() -> std::io::Result<()> {
@@ -114,6 +115,9 @@ pub fn spawn_group(mut command: std::process::Command) -> io::Result<GroupChild>
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = command.spawn()?;
+    // Created suspended on Windows: put in its job, then resumed.
+    #[cfg(windows)]
+    platform::contain(&child)?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -148,7 +152,7 @@ pub struct GroupChild {
     pub stderr: Option<ChildStderr>,
     id: u32,
     child: Child,
-    /// Whether the child leads its own group (always on Unix, never on Windows).
+    /// Whether the child leads its own group (a job object on Windows).
     group: bool,
     exit: ExitWatch,
     _watcher: Task<()>,

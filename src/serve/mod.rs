@@ -251,6 +251,9 @@ pub async fn serve(
         program: config.program.clone(),
         source,
     })?;
+    // On Windows each connection pins threads of a bounded pool.
+    #[cfg(windows)]
+    let config = &platform::fit_thread_pool(config);
     let traffic = config
         .log
         .as_deref()

@@ -1,5 +1,16 @@
 //! Windows specifics of `serve`: its stop requests (Ctrl+C and
-//! Ctrl+Break), and finding its command.
+//! Ctrl+Break), finding its command, and how many connections its threads
+//! allow.
+//!
+//! # Connections and threads
+//!
+//! On Windows every pipe and every child pipe is driven from `blocking`'s
+//! pool (500 threads unless `BLOCKING_MAX_THREADS` says otherwise), and a
+//! served connection pins up to five of them: see
+//! `endpoint::serve_connections_allowed`, 90 with the default pool. A pool
+//! run dry stalls every connection and accepting, so `--max-connections` is
+//! held to that ([`fit_thread_pool`]), and serve refuses beyond it with its
+//! refusal line, as on Unix.
 //!
 //! The command is a path if it contains a separator; otherwise it is looked
 //! for where std's `Command` looks: beside our own executable, in the
@@ -82,6 +93,27 @@ extern "system" fn console_ctrl(event: u32) -> i32 {
         let _ = sender.try_send(name);
     }
     i32::from(!waiters.is_empty())
+}
+
+/// `config`, with its connection limit held to what the thread pool allows
+/// (see the module docs), saying so on stderr when it lowers it.
+pub(super) fn fit_thread_pool(config: &super::Config) -> super::Config {
+    let allowed = crate::endpoint::serve_connections_allowed();
+    let mut config = config.clone();
+    if config.max_connections > allowed {
+        super::log(
+            None,
+            format_args!(
+                "at most {} connections on Windows, not {}: each holds up to five threads of a \
+                 pool of {} (BLOCKING_MAX_THREADS)",
+                allowed,
+                config.max_connections,
+                crate::endpoint::pool_threads()
+            ),
+        );
+        config.max_connections = allowed;
+    }
+    config
 }
 
 /// Checks that `program` names a file, as a path or where std's `Command`
