@@ -391,9 +391,17 @@ enum Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Relayed(Ok(Ending::ClientClosed { .. })) => {
+            Outcome::Relayed(Ok(Ending::ClientClosed { drained: true })) => {
                 f.write_str("the bridge disconnected")
             }
+            // The command saw its stdin end and did not close its stdout
+            // (exit) within the bridge's own drain: it is stopped now, and
+            // a bridge still waiting for its last replies has given up.
+            Outcome::Relayed(Ok(Ending::ClientClosed { drained: false })) => write!(
+                f,
+                "the bridge disconnected, and the command kept its stdout open past the {:?} grace",
+                DRAIN_GRACE
+            ),
             Outcome::Relayed(Ok(Ending::ClientGone)) => f.write_str("the bridge went away"),
             Outcome::Relayed(Ok(Ending::ServerClosed)) => {
                 f.write_str("the command closed its stdout")
