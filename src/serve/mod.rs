@@ -225,10 +225,22 @@ pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
-    let result = smol::block_on(serve(config, async move {
-        let name = signals.next().await;
-        log(None, format_args!("{} received: shutting down", name));
-    }));
+    let config = config.clone();
+    // Everything runs on smol's executor thread, accepting included, and
+    // this thread only waits, with a plain parker rather than smol's
+    // `block_on`, so that it takes no part in polling the reactor either.
+    // Otherwise each accepted connection crossed from the executor to this
+    // thread and back, and each I/O event could arrive on the thread not
+    // running its task: two thread wake-ups per event, which at one child
+    // per session were most of serve's CPU.
+    let serving = smol::spawn(async move {
+        serve(&config, async move {
+            let name = signals.next().await;
+            log(None, format_args!("{} received: shutting down", name));
+        })
+        .await
+    });
+    let result = future::block_on(serving);
     diag::flush(LOG_FLUSH_LIMIT);
     result
 }
