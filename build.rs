@@ -35,10 +35,13 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=build.rs");
 
-    // Declared for the `unexpected_cfgs` lint of newer compilers; older
-    // cargos ignore the line (with a warning under 1.63's, at most).
-    println!("cargo:rustc-check-cfg=cfg(mcp_bridge_process_group)");
-    if rustc_minor().map_or(false, |minor| minor >= 64) {
+    let minor = rustc_minor().unwrap_or(0);
+    // Declared for the `unexpected_cfgs` lint (cargo 1.80 on); older cargos
+    // would warn that they do not know the instruction.
+    if minor >= 80 {
+        println!("cargo:rustc-check-cfg=cfg(mcp_bridge_process_group)");
+    }
+    if minor >= 64 {
         println!("cargo:rustc-cfg=mcp_bridge_process_group");
     }
 }
