@@ -452,7 +452,12 @@ async fn serve_connection(
         let _ = connection.refuse(&reason).await;
         return;
     }
-    let (mut child, stdin, stdout, stderr) = match start_child(&connection.handshake, config) {
+    // Spawned from a helper thread: std returns only once the child has
+    // exec'd, and meanwhile the executor thread, which runs every session,
+    // would stand still.
+    let command = child_command(&connection.handshake, config);
+    let started = smol::unblock(move || start_child(command)).await;
+    let (mut child, stdin, stdout, stderr) = match started {
         Ok(started) => started,
         Err(e) => {
             log(
@@ -504,18 +509,22 @@ fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
     }
 }
 
-/// Runs the command for one connection, its identity in the environment
-/// and every stdio piped, leading a process group of its own so that
-/// stopping it stops whatever it started too.
-fn start_child(
-    handshake: &Handshake,
-    config: &Config,
-) -> io::Result<(GroupChild, ChildStdin, ChildStdout, ChildStderr)> {
+/// The command for one connection, its identity in the environment.
+fn child_command(handshake: &Handshake, config: &Config) -> std::process::Command {
     let mut command = std::process::Command::new(&config.program);
     command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
         .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
+    command
+}
+
+/// Runs `command` with every stdio piped, leading a process group of its
+/// own so that stopping it stops whatever it started too. Blocks until the
+/// child has exec'd.
+fn start_child(
+    command: std::process::Command,
+) -> io::Result<(GroupChild, ChildStdin, ChildStdout, ChildStderr)> {
     let mut child = process::spawn_group(command)?;
     match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
         (Some(stdin), Some(stdout), Some(stderr)) => Ok((child, stdin, stdout, stderr)),
