@@ -587,3 +587,56 @@ fn a_hundred_and_fifty_quick_sessions_in_a_row_are_all_served() {
     assert_eq!(serve.count("refused"), 0, "{}", serve.log());
     serve.assert_every_session_ended_at_eof();
 }
+
+/// A small MCP server in `sh`: answers `initialize` and `tools/list`
+/// (numeric ids), refuses any other request, ignores notifications, and
+/// exits at the end of its input, as stdio servers do.
+const SH_MCP_SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  [ -z "$id" ] && continue
+  case "$line" in
+    *'"initialize"'*) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":{}},\"serverInfo\":{\"name\":\"sh\",\"version\":\"1\"}}}";;
+    *'"tools/list"'*) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"tools\":[]}}";;
+    *) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"error\":{\"code\":-32601,\"message\":\"no such method\"}}";;
+  esac
+done"#;
+
+/// doctor's close step against serve: its half-close reaches the command,
+/// which exits, and serve closes the connection, every time (it used to
+/// flip between ok and a warning, as the command saw EOF only when serve's
+/// drain grace ran out, racing doctor's own).
+#[test]
+fn doctor_s_close_step_against_serve_is_steadily_ok() {
+    let dir = TempDir::new("doctor-close", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", SH_MCP_SERVER]);
+    for n in 0..10 {
+        let out = std::process::Command::new(BIN)
+            .arg("doctor")
+            .arg("--endpoint")
+            .arg(dir.socket())
+            .arg("--json")
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor's report: {}: {:?}", e, out));
+        let steps = report["steps"].as_array().expect("steps");
+        let initialize = steps.iter().find(|s| s["name"] == "initialize");
+        assert_eq!(
+            initialize.map(|s| &s["status"]),
+            Some(&serde_json::json!("ok")),
+            "run {}: {}",
+            n,
+            report
+        );
+        let close = steps.iter().find(|s| s["name"] == "close");
+        assert_eq!(
+            close.map(|s| &s["status"]),
+            Some(&serde_json::json!("ok")),
+            "run {}: {}",
+            n,
+            report
+        );
+    }
+    serve.wait_for_count(": ended (", 10);
+    serve.assert_every_session_ended_at_eof();
+}
