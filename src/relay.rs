@@ -17,6 +17,13 @@
 //! - **Every ending is bounded.** Client EOF half-closes the server side and
 //!   then keeps relaying replies for at most the drain grace; server EOF ends
 //!   the relay at once; a client that stopped reading its output ends it too.
+//! - **A half-close the server can see.** `close()` means different things
+//!   to different streams: a socket's shuts its writing side down, a pipe's
+//!   only flushes. So at client EOF the server side's writer is closed and
+//!   then dropped, which closes a pipe's descriptor; a server that answers
+//!   at its stdin's end (and a `cat` that exits there) sees the end at once
+//!   instead of the drain grace later. The tests check this on real pipes
+//!   and sockets: in-memory pipes signal EOF on `close` and would hide it.
 
 use std::fmt;
 use std::io;
@@ -114,9 +121,11 @@ fn is_hangup(e: &io::Error) -> bool {
 /// Relays `client_in` to `server_out` and `server_in` to `client_out` at the
 /// same time until one side ends, as described in the [module docs](self).
 ///
-/// When the client's input ends, `server_out` is closed (for a socket, that
-/// is a half-close, so the server sees EOF), and replies keep flowing to
-/// `client_out` until the server closes too or `drain_grace` passes.
+/// When the client's input ends, `server_out` is closed and dropped, so the
+/// server sees EOF: for a socket, `close` is the half-close
+/// (`shutdown(SHUT_WR)`); for a pipe, such as a child's stdin, only
+/// dropping it closes the descriptor. Replies keep flowing to `client_out`
+/// until the server closes too or `drain_grace` passes.
 pub async fn relay<CR, CW, SR, SW>(
     client_in: CR,
     client_out: CW,
@@ -206,10 +215,15 @@ where
     // the close and the drain both bounded by one deadline. The close gets
     // no say in when the drain ends: a close that waits (a pipe's flush, with
     // a server that stopped reading) must not hold the deadline back.
-    let half_close = async {
+    let half_close = async move {
         // An error here means the server is already gone, which the drain
         // observes as its EOF.
         let _ = server_out.close().await;
+        // `close` shuts a socket's writing side down, but for a pipe (a
+        // child's stdin) it only flushes: its reader sees EOF once the
+        // last descriptor of the writing end is closed, which is ours,
+        // dropped here rather than when the drain ends.
+        drop(server_out);
         future::pending().await
     };
     let deadline = async {
@@ -530,6 +544,118 @@ mod tests {
             assert_eq!(server.await, up);
             assert_eq!(client_out.len(), expected_down.len());
             assert!(client_out == expected_down);
+        });
+    }
+
+    /// Longer than anything here takes on a loaded machine; a relay that
+    /// needs it has missed the server's end.
+    #[cfg(unix)]
+    const HANG_GUARD: Duration = Duration::from_secs(60);
+
+    /// A command that answers at its stdin's end, as a server finishing
+    /// its work at EOF does: everything it read, then a last line.
+    #[cfg(unix)]
+    fn answers_at_eof() -> smol::process::Child {
+        smol::process::Command::new("sh")
+            .args(["-c", "cat; echo '{\"bye\":1}'"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The half-close on a real pipe (a child's stdin): `close` only
+    /// flushes a pipe, so unless the relay also lets go of the descriptor
+    /// the child never sees EOF, its last reply is lost to the drain
+    /// grace, and every such session lasts the whole grace. Many times in
+    /// a row, since the end races the reply.
+    #[cfg(unix)]
+    #[test]
+    fn a_child_sees_eof_on_its_stdin_pipe_and_its_last_reply_arrives() {
+        smol::block_on(async {
+            for _ in 0..20 {
+                let mut child = answers_at_eof();
+                let stdin = child.stdin.take().unwrap();
+                let stdout = child.stdout.take().unwrap();
+                let mut client_out = Vec::new();
+                let ending = relay(
+                    Cursor::new(b"{\"id\":1}\n".to_vec()),
+                    &mut client_out,
+                    stdout,
+                    stdin,
+                    HANG_GUARD,
+                )
+                .await
+                .unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&client_out),
+                    "{\"id\":1}\n{\"bye\":1}\n"
+                );
+                assert_eq!(ending, Ending::ClientClosed { drained: true });
+                assert!(child.status().await.unwrap().success());
+            }
+        });
+    }
+
+    /// The same on a real pipe as the client's input: the child's EOF
+    /// comes from the relay's, not from the end of the process.
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_client_eof_is_passed_on_to_a_pipe_server() {
+        smol::block_on(async {
+            // The client: a command that writes one line and exits.
+            let mut client = smol::process::Command::new("sh")
+                .args(["-c", "echo '{\"id\":2}'"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let client_in = client.stdout.take().unwrap();
+            let mut server = answers_at_eof();
+            let stdin = server.stdin.take().unwrap();
+            let stdout = server.stdout.take().unwrap();
+            let mut client_out = Vec::new();
+            let ending = relay(client_in, &mut client_out, stdout, stdin, HANG_GUARD)
+                .await
+                .unwrap();
+            assert_eq!(ending, Ending::ClientClosed { drained: true });
+            assert_eq!(
+                String::from_utf8_lossy(&client_out),
+                "{\"id\":2}\n{\"bye\":1}\n"
+            );
+            assert!(server.status().await.unwrap().success());
+            assert!(client.status().await.unwrap().success());
+        });
+    }
+
+    /// The half-close on a real socket: the server reads to its EOF while
+    /// the relay still holds the socket for the replies, then answers.
+    #[cfg(unix)]
+    #[test]
+    fn a_socket_server_sees_eof_and_its_last_reply_arrives() {
+        smol::block_on(async {
+            for _ in 0..20 {
+                let (ours, theirs) = smol::net::unix::UnixStream::pair().unwrap();
+                let server = smol::spawn(async move {
+                    let mut theirs = theirs;
+                    let mut got = Vec::new();
+                    theirs.read_to_end(&mut got).await.unwrap();
+                    theirs.write_all(b"{\"bye\":1}\n").await.unwrap();
+                    got
+                });
+                let mut client_out = Vec::new();
+                let ending = relay(
+                    Cursor::new(b"{\"id\":3}\n".to_vec()),
+                    &mut client_out,
+                    ours.clone(),
+                    ours,
+                    HANG_GUARD,
+                )
+                .await
+                .unwrap();
+                assert_eq!(ending, Ending::ClientClosed { drained: true });
+                assert_eq!(server.await, b"{\"id\":3}\n");
+                assert_eq!(client_out, b"{\"bye\":1}\n");
+            }
         });
     }
 

@@ -466,3 +466,177 @@ fn another_user_is_refused_and_logged() {
         assert!(!serve.log().contains("intruder"), "{}", serve.log());
     });
 }
+
+/// How serve's log says a session ended when the bridge's EOF reached the
+/// command and the command closed its stdout in answer (not after the
+/// drain grace, not stopped by serve).
+const ENDED_AT_EOF: &str = "ended (the bridge disconnected); command exit status: 0";
+
+impl Serve {
+    /// How many of serve's stderr lines contain `needle`.
+    fn count(&self, needle: &str) -> usize {
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains(needle))
+            .count()
+    }
+
+    /// Waits until `count` stderr lines contain `needle`.
+    fn wait_for_count(&self, needle: &str, count: usize) {
+        let start = Instant::now();
+        while self.count(needle) < count {
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "fewer than {} lines with '{}' on serve's stderr within {:?}:\n{}",
+                count,
+                needle,
+                HANG_GUARD,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The lines that say how sessions ended, each of which must be
+    /// [`ENDED_AT_EOF`].
+    fn assert_every_session_ended_at_eof(&self) {
+        let log = self.log();
+        for line in log.lines().filter(|line| line.contains(": ended (")) {
+            assert!(line.ends_with(ENDED_AT_EOF), "{}\n\n{}", line, log);
+        }
+    }
+}
+
+/// A client on a raw socket, as the bridge is to serve: sends the
+/// handshake, then whatever it is given.
+fn raw_client(socket: &Path, requester: &str) -> std::os::unix::net::UnixStream {
+    use std::io::Write;
+    let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    let handshake = format!("{{\"project\":\"p\",\"requester\":\"{}\"}}\n", requester);
+    (&stream).write_all(handshake.as_bytes()).unwrap();
+    stream
+}
+
+/// The bridge's EOF reaches the command as the end of its stdin pipe (not
+/// only when the session is torn down), so what a command writes at its
+/// stdin's end reaches the bridge. Several times, since the end races the
+/// reply.
+#[test]
+fn a_reply_the_command_writes_at_stdin_eof_reaches_the_client() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("eof-reply", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "cat; echo '{\"bye\":1}'"]);
+    for n in 0..10 {
+        let stream = raw_client(&dir.socket(), &format!("client-{}", n));
+        (&stream).write_all(b"{\"id\":1}\n").unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = String::new();
+        (&stream).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "{\"id\":1}\n{\"bye\":1}\n", "session {}", n);
+    }
+    serve.wait_for_count(": ended (", 10);
+    serve.assert_every_session_ended_at_eof();
+}
+
+/// A bridge in front of serve exits once its stdin ends because the
+/// command (`cat`) sees that end, exits, and serve closes the connection:
+/// the session ends at the command's EOF, not after either side's drain
+/// grace. Many times in a row.
+#[test]
+fn a_bridge_in_front_of_serve_exits_at_its_stdin_eof() {
+    let dir = TempDir::new("bridge-eof", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    smol::block_on(async {
+        for n in 0..10 {
+            let mut bridge = Bridge::spawn(&dir.socket(), "p", &format!("bridge-{}", n));
+            let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}}", n);
+            assert_eq!(bridge.round_trip(&request).await, request);
+            assert_eq!(bridge.finish().await, Some(0), "bridge {}", n);
+            serve.wait_for_count(": ended (", n + 1);
+        }
+    });
+    serve.assert_every_session_ended_at_eof();
+}
+
+/// Quick sessions one after another (connect, handshake, one echo from
+/// `cat`, close) each give their slot back as they end: far more of them
+/// than serve has slots are all served, none refused. (A session that held
+/// its slot until a grace ran out made the 65th of them refused.)
+#[test]
+fn a_hundred_and_fifty_quick_sessions_in_a_row_are_all_served() {
+    use std::io::{BufRead, Write};
+    const SESSIONS: usize = 150;
+    let dir = TempDir::new("quick", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    for n in 0..SESSIONS {
+        let stream = raw_client(&dir.socket(), &format!("quick-{}", n));
+        let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}}\n", n);
+        (&stream).write_all(request.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut reply)
+            .unwrap();
+        assert_eq!(reply, request, "session {}:\n{}", n, serve.log());
+        // Closed completely, at once, as a short-lived client does.
+        drop(stream);
+    }
+    serve.wait_for_count(": ended (", SESSIONS);
+    assert_eq!(serve.count("refused"), 0, "{}", serve.log());
+    serve.assert_every_session_ended_at_eof();
+}
+
+/// A small MCP server in `sh`: answers `initialize` and `tools/list`
+/// (numeric ids), refuses any other request, ignores notifications, and
+/// exits at the end of its input, as stdio servers do.
+const SH_MCP_SERVER: &str = r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  [ -z "$id" ] && continue
+  case "$line" in
+    *'"initialize"'*) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":{}},\"serverInfo\":{\"name\":\"sh\",\"version\":\"1\"}}}";;
+    *'"tools/list"'*) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"tools\":[]}}";;
+    *) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"error\":{\"code\":-32601,\"message\":\"no such method\"}}";;
+  esac
+done"#;
+
+/// doctor's close step against serve: its half-close reaches the command,
+/// which exits, and serve closes the connection, every time (it used to
+/// flip between ok and a warning, as the command saw EOF only when serve's
+/// drain grace ran out, racing doctor's own).
+#[test]
+fn doctor_s_close_step_against_serve_is_steadily_ok() {
+    let dir = TempDir::new("doctor-close", 0o700);
+    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", SH_MCP_SERVER]);
+    for n in 0..10 {
+        let out = std::process::Command::new(BIN)
+            .arg("doctor")
+            .arg("--endpoint")
+            .arg(dir.socket())
+            .arg("--json")
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor's report: {}: {:?}", e, out));
+        let steps = report["steps"].as_array().expect("steps");
+        let initialize = steps.iter().find(|s| s["name"] == "initialize");
+        assert_eq!(
+            initialize.map(|s| &s["status"]),
+            Some(&serde_json::json!("ok")),
+            "run {}: {}",
+            n,
+            report
+        );
+        let close = steps.iter().find(|s| s["name"] == "close");
+        assert_eq!(
+            close.map(|s| &s["status"]),
+            Some(&serde_json::json!("ok")),
+            "run {}: {}",
+            n,
+            report
+        );
+    }
+    serve.wait_for_count(": ended (", 10);
+    serve.assert_every_session_ended_at_eof();
+}

@@ -37,6 +37,8 @@ pub(crate) fn peer_uid(socket: std::os::unix::io::BorrowedFd<'_>) -> std::io::Re
 /// (`setpgid(0, 0)` between fork and exec), as `CommandExt::process_group(0)`
 /// does from Rust 1.64 on, one release after this crate's minimum. Signals sent
 /// to that group then reach everything the child starts, and nothing of ours.
+/// Only compiled where std lacks that (see the build script).
+#[cfg(not(mcp_bridge_process_group))]
 pub(crate) fn lead_new_process_group(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
 

@@ -7,9 +7,11 @@
 //! only the child leaves those grandchildren running, re-parented to init, for
 //! ever if they ignore SIGTERM or block on a pipe. So on Unix every child
 //! spawned here leads a new process group, and stopping it signals the whole
-//! group. (Rust 1.64 has `CommandExt::process_group` for this; this crate's
-//! minimum is 1.63, so the FFI boundary module installs the equivalent
-//! `setpgid(0, 0)` itself, in `pre_exec`. A child in its own group no longer
+//! group. (Built with Rust 1.64 or later, std's `CommandExt::process_group`
+//! does it, and the child is still spawned with `posix_spawn`; for this
+//! crate's minimum, 1.63, the FFI boundary module installs the equivalent
+//! `setpgid(0, 0)` itself, in `pre_exec`, which makes std `fork` the whole
+//! parent instead, a cost per child. A child in its own group no longer
 //! receives the terminal's Ctrl+C, which is what we want: its parent decides
 //! when it stops. If the parent dies without stopping it, the child still
 //! sees end of file on its stdin, which is how stdio servers know to exit.)

@@ -225,10 +225,22 @@ pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
-    let result = smol::block_on(serve(config, async move {
-        let name = signals.next().await;
-        log(None, format_args!("{} received: shutting down", name));
-    }));
+    let config = config.clone();
+    // Everything runs on smol's executor thread, accepting included, and
+    // this thread only waits, with a plain parker rather than smol's
+    // `block_on`, so that it takes no part in polling the reactor either.
+    // Otherwise each accepted connection crossed from the executor to this
+    // thread and back, and each I/O event could arrive on the thread not
+    // running its task: two thread wake-ups per event, which at one child
+    // per session were most of serve's CPU.
+    let serving = smol::spawn(async move {
+        serve(&config, async move {
+            let name = signals.next().await;
+            log(None, format_args!("{} received: shutting down", name));
+        })
+        .await
+    });
+    let result = future::block_on(serving);
     diag::flush(LOG_FLUSH_LIMIT);
     result
 }
@@ -394,9 +406,17 @@ enum Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Relayed(Ok(Ending::ClientClosed { .. })) => {
+            Outcome::Relayed(Ok(Ending::ClientClosed { drained: true })) => {
                 f.write_str("the bridge disconnected")
             }
+            // The command saw its stdin end and did not close its stdout
+            // (exit) within the bridge's own drain: it is stopped now, and
+            // a bridge still waiting for its last replies has given up.
+            Outcome::Relayed(Ok(Ending::ClientClosed { drained: false })) => write!(
+                f,
+                "the bridge disconnected, and the command kept its stdout open past the {:?} grace",
+                DRAIN_GRACE
+            ),
             Outcome::Relayed(Ok(Ending::ClientGone)) => f.write_str("the bridge went away"),
             Outcome::Relayed(Ok(Ending::ServerClosed)) => {
                 f.write_str("the command closed its stdout")
@@ -435,7 +455,12 @@ async fn serve_connection(
         let _ = connection.refuse(&reason).await;
         return;
     }
-    let (mut child, stdin, stdout, stderr) = match start_child(&connection.handshake, config) {
+    // Spawned from a helper thread: std returns only once the child has
+    // exec'd, and meanwhile the executor thread, which runs every session,
+    // would stand still.
+    let command = child_command(&connection.handshake, config);
+    let started = smol::unblock(move || start_child(command)).await;
+    let (mut child, stdin, stdout, stderr) = match started {
         Ok(started) => started,
         Err(e) => {
             log(
@@ -487,18 +512,22 @@ fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
     }
 }
 
-/// Runs the command for one connection, its identity in the environment
-/// and every stdio piped, leading a process group of its own so that
-/// stopping it stops whatever it started too.
-fn start_child(
-    handshake: &Handshake,
-    config: &Config,
-) -> io::Result<(GroupChild, ChildStdin, ChildStdout, ChildStderr)> {
+/// The command for one connection, its identity in the environment.
+fn child_command(handshake: &Handshake, config: &Config) -> std::process::Command {
     let mut command = std::process::Command::new(&config.program);
     command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
         .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
+    command
+}
+
+/// Runs `command` with every stdio piped, leading a process group of its
+/// own so that stopping it stops whatever it started too. Blocks until the
+/// child has exec'd.
+fn start_child(
+    command: std::process::Command,
+) -> io::Result<(GroupChild, ChildStdin, ChildStdout, ChildStderr)> {
     let mut child = process::spawn_group(command)?;
     match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
         (Some(stdin), Some(stdout), Some(stderr)) => Ok((child, stdin, stdout, stderr)),
