@@ -22,6 +22,7 @@ mod unix;
 #[cfg(unix)]
 use unix as platform;
 #[cfg(unix)]
+#[cfg_attr(not(feature = "host"), allow(unused_imports))] // the host's
 pub(crate) use unix::{peer_uid, MAX_PATH_BYTES};
 #[cfg(windows)]
 mod windows;
