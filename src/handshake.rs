@@ -196,8 +196,9 @@ mod tests {
         #[cfg(feature = "host")]
         {
             assert_eq!(Handshake::parse(&h.to_line()).unwrap(), h);
-            assert!(Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}")
-                .is_err());
+            assert!(
+                Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}").is_err()
+            );
         }
     }
 
@@ -207,9 +208,15 @@ mod tests {
     fn strings_are_escaped_as_serde_json_escapes_them() {
         let mut texts: Vec<String> = (0u8..=0x7f).map(|b| char::from(b).to_string()).collect();
         texts.extend(
-            ["", "plain", "a\"b\\c", "é\u{7f}\u{80}\u{2028}🤖\u{0}x", "\r\n\t\u{8}\u{c}"]
-                .iter()
-                .map(|s| s.to_string()),
+            [
+                "",
+                "plain",
+                "a\"b\\c",
+                "é\u{7f}\u{80}\u{2028}🤖\u{0}x",
+                "\r\n\t\u{8}\u{c}",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
         );
         for text in texts {
             let mut ours = Vec::new();

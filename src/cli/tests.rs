@@ -335,7 +335,9 @@ fn commands_left_out_of_the_build_say_so() {
     ] {
         assert_eq!(left_out_of_this_build(command), !built, "{}", command);
         if !built {
-            let e = parse_strs(&[command, "--endpoint=/x"]).unwrap_err().to_string();
+            let e = parse_strs(&[command, "--endpoint=/x"])
+                .unwrap_err()
+                .to_string();
             assert_eq!(
                 e,
                 format!(

@@ -10,6 +10,8 @@
 use std::io;
 
 #[cfg(unix)]
+mod thread;
+#[cfg(unix)]
 mod unix;
 #[cfg(unix)]
 use unix as platform;

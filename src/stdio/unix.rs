@@ -32,7 +32,8 @@ use futures_lite::ready;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
-use smol::Unblock;
+// A thread of its own per stream, not `blocking`'s pool: see thread.rs.
+use super::thread::Threaded as Unblock;
 
 use crate::readiness::ReadReadiness;
 use crate::relay::BUFFER_SIZE;
