@@ -2,6 +2,7 @@
 //! crate's own `host::Listener` (healthy, silent, refusing) and against
 //! endpoints that are not there.
 #![cfg(unix)]
+#![cfg(all(feature = "doctor", feature = "host"))]
 
 mod support;
 
