@@ -64,5 +64,7 @@ fn no_unwind_tables() {
          *(.gcc_except_table .gcc_except_table.*) }\n}\nINSERT AFTER .text;\n",
     )
     .expect("cannot write the linker script into OUT_DIR");
-    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
+    // `-T<script>`, one argument that cc and a bare ld (musl builds link
+    // with rust-lld directly) both read.
+    println!("cargo:rustc-link-arg-bins=-T{}", script.display());
 }

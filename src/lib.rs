@@ -76,6 +76,7 @@ mod envelope;
 mod ffi;
 pub mod handshake;
 #[cfg(feature = "host")]
+#[cfg_attr(not(feature = "serve"), allow(dead_code))] // parts only serve uses
 pub mod host;
 #[cfg(any(feature = "serve", feature = "app-server"))]
 pub mod process;

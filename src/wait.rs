@@ -58,6 +58,7 @@ impl Stopped {
     }
 
     /// Whether the signal has already fired.
+    #[cfg_attr(not(feature = "app-server"), allow(dead_code))]
     pub(crate) fn fired(&self) -> bool {
         self.0.is_closed()
     }
