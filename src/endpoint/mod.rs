@@ -30,6 +30,7 @@ mod windows;
 use windows as platform;
 /// The pipe connection, which the host's `PipeListener` hands out too.
 #[cfg(windows)]
+#[cfg_attr(not(feature = "host"), allow(unused_imports))] // the host's
 pub(crate) use windows::{pipe_halves, pipe_name, PipeReader, PipeWriter};
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
