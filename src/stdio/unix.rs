@@ -210,8 +210,8 @@ impl AsyncWrite for Stdio {
 /// "every writer has gone". Each event is sent once, then its descriptor is
 /// left out of the poll, which would otherwise return at once for ever.
 pub(super) fn watch_hangups(
-    input_closed: smol::channel::Sender<()>,
-    output_gone: smol::channel::Sender<()>,
+    input_closed: super::oneshot::Sender<()>,
+    output_gone: super::oneshot::Sender<()>,
 ) {
     use rustix::event::{PollFd, PollFlags};
 

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io;
 use std::os::windows::io::AsHandle;
 
-use smol::channel::Sender;
+use super::oneshot::Sender;
 use smol::Unblock;
 
 use crate::relay::BUFFER_SIZE;
