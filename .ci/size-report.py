@@ -7,7 +7,8 @@ BINARY must be built with its symbols (CARGO_PROFILE_RELEASE_STRIP=false;
 .ci/features.sh --sizes does it). Reads `nm --size-sort -S --demangle`,
 which lists the size of every function and static the linker kept, and
 charges each to the crate (and, for mcp_bridge, the module) its demangled
-name starts with; a generic instantiated for another crate's type is
+name starts with (the library and the binary are both `mcp_bridge`: the
+binary's modules are `main`, `cli`, `print`, `report` and `hint`); a generic instantiated for another crate's type is
 charged to the crate whose code it is (`<T as Trait>::f` to T's crate).
 Sections nm cannot see (headers, relocations, .dynsym, alignment) are the
 difference to the file's size. Tools: binutils' nm and python3 only.
@@ -16,6 +17,12 @@ import re
 import subprocess
 import sys
 from collections import Counter
+
+
+PRIMITIVES = {
+    "str", "char", "bool", "u8", "u16", "u32", "u64", "u128", "usize",
+    "i8", "i16", "i32", "i64", "i128", "isize", "f32", "f64",
+}
 
 
 def owner(name):
@@ -28,8 +35,14 @@ def owner(name):
     n = re.sub(r"^(const|mut) ", "", n)
     parts = re.split(r"::|<| as |>", n)
     crate = parts[0] if parts and parts[0] else "?"
-    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", crate) or "." in crate:
-        crate = "(C and linker)"
+    if crate in PRIMITIVES or re.match(r"^[A-Z][A-Za-z0-9]?$", crate):
+        # `<F as Future>::poll`, `<str as Display>::fmt`: a generic or a
+        # primitive's impl, whose code is std's or the caller's.
+        crate = "(impls on generics, primitives)"
+    elif crate == "rust_eh_personality" or crate.startswith("__rust"):
+        crate = "std"
+    elif not re.match(r"^[a-z_][a-z0-9_]*$", crate) or crate in ("main", "_start"):
+        crate = "(C runtime, linker)"
     module = crate
     if crate == "mcp_bridge" and len(parts) > 1 and parts[1]:
         module = "mcp_bridge::" + parts[1]
@@ -54,14 +67,14 @@ def main():
         if crate == "mcp_bridge":
             modules[module] += size
     total = sum(crates.values())
-    print(f"{'crate':<28} {'bytes':>9}")
+    print(f"{'crate':<34} {'bytes':>9}")
     for crate, size in crates.most_common(top):
-        print(f"{crate:<28} {size:>9}")
-    print(f"{'(all symbols)':<28} {total:>9}")
+        print(f"{crate:<34} {size:>9}")
+    print(f"{'(all symbols)':<34} {total:>9}")
     print()
-    print(f"{'mcp_bridge module':<28} {'bytes':>9}")
+    print(f"{'mcp_bridge module':<34} {'bytes':>9}")
     for module, size in modules.most_common():
-        print(f"{module:<28} {size:>9}")
+        print(f"{module:<34} {size:>9}")
 
 
 main()

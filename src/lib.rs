@@ -117,7 +117,8 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The README's Rust examples, compiled as doctests so they cannot rot.
-#[cfg(doctest)]
+/// They use the app's side of the library.
+#[cfg(all(doctest, feature = "host", feature = "app-server"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
 
