@@ -4,7 +4,7 @@
 //! This used to be `blocking::Unblock`, which runs the file's reads and
 //! writes on `blocking`'s thread pool through an in-memory pipe. The bridge
 //! needs one thread per stream at most, never a pool, and the pool with its
-//! pipe and task machinery was 15 KB of the bridge-only binary. What is kept
+//! pipe and task machinery was 12 KB of the bridge-only binary. What is kept
 //! is what the relay relies on: the thread starts on the first read or write
 //! (an unused stdin is never read), reading runs at most one buffer ahead
 //! of the reader (bounded memory), a write completes once its bytes are

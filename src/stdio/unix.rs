@@ -13,8 +13,8 @@
 //!   `/proc/self/fd/N` creates a *new* description of the same pipe, private
 //!   to us, which we may make non-blocking.
 //! - **Anything else** (a terminal, a regular file, `/dev/null`, a pipe where
-//!   `/proc` is unavailable): `blocking`'s thread pool, with one relay buffer
-//!   of capacity rather than its 8 MiB default.
+//!   `/proc` is unavailable): a thread of its own (`thread.rs`), with one
+//!   relay buffer of capacity.
 //!
 //! Why not `splice(2)` for pipes: it holds the pipe's lock while waiting for
 //! socket data, which stalls a client trying to read a reply already in the
