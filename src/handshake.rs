@@ -10,11 +10,19 @@
 //!
 //! It is a separate line, so a host reads exactly one line, parses it with
 //! [`Handshake::parse`], and hands the rest of the stream, untouched, to its
-//! MCP server. Both values are JSON strings escaped by `serde_json`, so any id
-//! (quotes, newlines, non-ASCII) stays on one line and round-trips exactly.
+//! MCP server. Both values are JSON strings escaped the way `serde_json`
+//! escapes them, so any id (quotes, newlines, non-ASCII) stays on one line
+//! and round-trips exactly.
+//!
+//! The line is written by a small hand-written writer, not `serde_json`:
+//! the bridge-only build (no `host` feature) carries no JSON library, and a
+//! string escaper is all the bridge needs. Reading the line
+//! ([`Handshake::parse`], a host's job) uses `serde_json`, so it comes with
+//! the `host` feature.
 
 use std::fmt;
 
+#[cfg(feature = "host")]
 use serde_json::Value;
 
 /// The caller's identity, as sent on the first line of a connection.
@@ -66,9 +74,9 @@ impl Handshake {
         // is fixed by this code, not by serde_json's map implementation.
         let mut line = Vec::with_capacity(32 + self.project.len() + self.requester.len());
         line.extend_from_slice(b"{\"project\":");
-        line.extend_from_slice(Value::from(self.project.as_str()).to_string().as_bytes());
+        write_json_string(&mut line, &self.project);
         line.extend_from_slice(b",\"requester\":");
-        line.extend_from_slice(Value::from(self.requester.as_str()).to_string().as_bytes());
+        write_json_string(&mut line, &self.requester);
         if self.resumed {
             line.extend_from_slice(b",\"resumed\":true");
         }
@@ -88,6 +96,7 @@ impl Handshake {
     /// assert_eq!(h, Handshake::new("p", "r"));
     /// assert!(Handshake::parse(b"{\"project\":1}").is_err());
     /// ```
+    #[cfg(feature = "host")]
     pub fn parse(line: &[u8]) -> Result<Self, HandshakeError> {
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -115,9 +124,47 @@ impl Handshake {
     }
 }
 
+/// Appends `text` as a JSON string, quotes included, escaped exactly as
+/// `serde_json` does: `"` and `\\` with a backslash, the control characters
+/// with a name (`\\n`, `\\t`...) as short escapes and the others as
+/// `\\u00xx`; everything else, non-ASCII included, as it is (UTF-8 stays
+/// UTF-8). No control character survives, so the string stays on one line.
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut clean = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[clean..i]);
+        clean = i + 1;
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(b"00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        }
+    }
+    out.extend_from_slice(&bytes[clean..]);
+    out.push(b'"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn round_trip(project: &str, requester: &str) {
         let h = Handshake::new(project, requester);
@@ -129,6 +176,7 @@ mod tests {
             "exactly one newline, at the end: {:?}",
             String::from_utf8_lossy(&line)
         );
+        #[cfg(feature = "host")]
         assert_eq!(Handshake::parse(&line).unwrap(), h);
         // And any JSON parser reads the same values.
         let v: Value = serde_json::from_slice(&line).unwrap();
@@ -145,10 +193,37 @@ mod tests {
             h.to_line(),
             b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":true}\n"
         );
-        assert_eq!(Handshake::parse(&h.to_line()).unwrap(), h);
-        assert!(
-            Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}").is_err()
+        #[cfg(feature = "host")]
+        {
+            assert_eq!(Handshake::parse(&h.to_line()).unwrap(), h);
+            assert!(
+                Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}").is_err()
+            );
+        }
+    }
+
+    /// The hand-written escaper writes what `serde_json` writes, for every
+    /// ASCII character and a few beyond.
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut texts: Vec<String> = (0u8..=0x7f).map(|b| char::from(b).to_string()).collect();
+        texts.extend(
+            [
+                "",
+                "plain",
+                "a\"b\\c",
+                "é\u{7f}\u{80}\u{2028}🤖\u{0}x",
+                "\r\n\t\u{8}\u{c}",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
         );
+        for text in texts {
+            let mut ours = Vec::new();
+            write_json_string(&mut ours, &text);
+            let theirs = serde_json::to_string(&text).unwrap();
+            assert_eq!(String::from_utf8(ours).unwrap(), theirs, "{:?}", text);
+        }
     }
 
     #[test]
@@ -192,6 +267,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "host")]
     fn parse_rejects_bad_lines() {
         for (line, needle) in [
             (&b"not json"[..], "not JSON"),

@@ -5,6 +5,7 @@
 //! library's.
 
 mod cli;
+#[cfg(feature = "demo")]
 mod demo;
 
 use std::error::Error;
@@ -13,7 +14,10 @@ use std::process::ExitCode;
 
 use cli::Command;
 use mcp_bridge::bridge::{self, BridgeError};
-use mcp_bridge::{doctor, serve};
+#[cfg(feature = "doctor")]
+use mcp_bridge::doctor;
+#[cfg(feature = "serve")]
+use mcp_bridge::serve;
 
 /// Exit code for a command line that cannot be run.
 const USAGE: u8 = 2;
@@ -54,8 +58,11 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
         Command::Help => print(&cli::usage()),
         Command::Version => print(&format!("{}\n", cli::version_line())),
         Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
+        #[cfg(feature = "serve")]
         Command::Serve(config) => serve::run(&config).map_err(Into::into),
+        #[cfg(feature = "demo")]
         Command::Demo => demo::run(&mut io::stdout()).map_err(Into::into),
+        #[cfg(feature = "doctor")]
         Command::Doctor(cli::Doctor { config, json }) => {
             let report = doctor::run(&config);
             if json {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_io::Timer;
 use futures_lite::future;
+#[cfg(any(feature = "serve", feature = "app-server"))]
 use smol::channel::{self, Receiver, Sender};
 
 /// Runs `work` for at most `limit`: `Some(output)` if it finished in time,
@@ -46,20 +47,24 @@ pub(crate) async fn timeout_unless_zero<T>(
 /// the signal. Nothing is ever sent; the drop is the message, so it cannot
 /// be forgotten on any path out of the owner, a panic or an early return
 /// included.
+#[cfg(any(feature = "serve", feature = "app-server"))]
 #[derive(Debug, Clone)]
 pub(crate) struct StopOnDrop(#[allow(dead_code)] Sender<()>);
 
 /// The waiting side of a stop signal; clones all fire together.
+#[cfg(any(feature = "serve", feature = "app-server"))]
 #[derive(Debug, Clone)]
 pub(crate) struct Stopped(Receiver<()>);
 
 /// A new stop signal: wait on the [`Stopped`] half, drop the [`StopOnDrop`]
 /// half (all its clones) to fire it.
+#[cfg(any(feature = "serve", feature = "app-server"))]
 pub(crate) fn stop_signal() -> (StopOnDrop, Stopped) {
     let (sender, receiver) = channel::bounded(1);
     (StopOnDrop(sender), Stopped(receiver))
 }
 
+#[cfg(any(feature = "serve", feature = "app-server"))]
 impl Stopped {
     /// Completes once every [`StopOnDrop`] of this signal has been dropped.
     pub(crate) async fn wait(&self) {
@@ -68,6 +73,7 @@ impl Stopped {
     }
 
     /// Whether the signal has already fired.
+    #[cfg_attr(not(feature = "app-server"), allow(dead_code))]
     pub(crate) fn fired(&self) -> bool {
         self.0.is_closed()
     }
@@ -109,6 +115,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "serve", feature = "app-server"))]
     fn stop_fires_when_the_last_sender_is_dropped() {
         smol::block_on(async {
             let (stop, stopped) = stop_signal();

@@ -1,6 +1,7 @@
 //! The app-server module against real child processes: `cat` and small `sh` scripts
 //! standing in for an app-server.
 #![cfg(unix)]
+#![cfg(feature = "app-server")]
 
 mod support;
 

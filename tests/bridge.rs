@@ -698,6 +698,7 @@ fn closed_stdout_ends_the_bridge_quietly() {
     host.join().unwrap();
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn demo_runs_a_session() {
     let out = Command::new(BIN).arg("demo").output().unwrap();

@@ -3,13 +3,14 @@
 //! refuses us, an endpoint that is not a socket.
 #![cfg(unix)]
 
+mod bridge_host;
 mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use bridge_host::{Connection, Listener};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
-use mcp_bridge::host::{Connection, Listener};
 use smol::process::{Child, Command};
 use support::{within, TempDir, BIN};
 

@@ -4,6 +4,7 @@
 //! Unix socket listener scripted by each test: slow pages, a writer that
 //! stops reading, floods, huge pages, wrong versions, escape sequences).
 #![cfg(unix)]
+#![cfg(all(feature = "doctor", feature = "host"))]
 
 mod support;
 

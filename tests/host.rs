@@ -1,6 +1,7 @@
 //! `mcp_bridge::host::Listener` on real Unix sockets: what gets in, what is
 //! kept out, and what happens to the socket file.
 #![cfg(unix)]
+#![cfg(feature = "host")]
 
 mod support;
 

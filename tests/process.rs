@@ -1,6 +1,7 @@
 //! Stopping children and everything they started: `process::spawn_group` and the
 //! shutdown sequence, against real processes (`cat`, `sleep`, `sh` scripts).
 #![cfg(unix)]
+#![cfg(any(feature = "serve", feature = "app-server"))]
 
 mod support;
 

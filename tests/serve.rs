@@ -1,6 +1,7 @@
 //! `mcp-bridge serve` end to end: real bridges, a real socket, real child
 //! processes.
 #![cfg(unix)]
+#![cfg(feature = "serve")]
 
 mod support;
 

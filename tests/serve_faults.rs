@@ -3,6 +3,7 @@
 //! cannot start, hostile handshakes, crowds of silent peers, a socket path
 //! too long for the bridge, SIGHUP.
 #![cfg(unix)]
+#![cfg(feature = "serve")]
 
 mod support;
 

@@ -4,15 +4,16 @@
 //! real socket, an MCP-shaped host in the test.
 #![cfg(unix)]
 
+mod bridge_host;
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use bridge_host::Listener;
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use futures_lite::StreamExt;
-use mcp_bridge::host::Listener;
 use serde_json::{json, Value};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 use smol::Task;
@@ -489,6 +490,7 @@ fn a_refusing_app_is_reported_not_retried() {
 /// survival logic did (connects, the resumed handshake, the reconnect, its
 /// own lines, the exit), one line per record, and nothing of it reaches
 /// stdout.
+#[cfg(feature = "log")]
 #[test]
 fn the_log_records_the_session_and_the_restart() {
     let (dir, socket, seen) = setup("log");

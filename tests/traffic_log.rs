@@ -2,6 +2,7 @@
 //! real serve process, real connections, a real child, and the log file
 //! it leaves.
 #![cfg(unix)]
+#![cfg(feature = "serve")]
 
 mod support;
 

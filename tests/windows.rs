@@ -8,6 +8,7 @@
 //! are refused by the pipe's DACL cannot be shown here (the unit tests read
 //! the DACL back instead).
 #![cfg(windows)]
+#![cfg(feature = "host")]
 
 use std::future::Future;
 use std::io;

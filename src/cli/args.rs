@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use mcp_bridge::endpoint::ServerUser;
 
-use super::{error, Command, UsageError, MAX_MAX_CONNECTIONS, MAX_SECONDS};
+#[cfg(feature = "serve")]
+use super::MAX_MAX_CONNECTIONS;
+use super::{error, Command, UsageError, MAX_SECONDS};
 
 /// One step through the arguments.
 pub(super) enum Arg {
@@ -103,23 +105,29 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
     pub(super) fn seconds(&mut self, name: &str) -> Result<Duration, UsageError> {
         let value = self.value(name)?;
         let text = value.to_string_lossy();
-        let seconds: f64 = match text.trim().parse() {
-            Ok(seconds) => seconds,
-            Err(_) => {
+        // A sign is read so that `-1` is out of range rather than not a number.
+        let trimmed = text.trim();
+        let (negative, unsigned) = match trimmed.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, trimmed.strip_prefix('+').unwrap_or(trimmed)),
+        };
+        let seconds = match decimal_seconds(unsigned) {
+            Some(_) if negative => Duration::ZERO,
+            Some(seconds) => seconds,
+            None => {
                 return Err(UsageError(format!(
                     "'{}' expects a number of seconds, got '{}'",
                     name, text
                 )))
             }
         };
-        // `!(x > 0)` also rejects NaN.
-        if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
+        if seconds.is_zero() || seconds > Duration::from_secs(MAX_SECONDS) {
             return Err(UsageError(format!(
                 "'{}' must be more than 0 and at most {} seconds, got '{}'",
                 name, MAX_SECONDS, text
             )));
         }
-        Ok(Duration::from_secs_f64(seconds))
+        Ok(seconds)
     }
 
     /// A uid (Unix) or SID (Windows).
@@ -131,6 +139,7 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
     }
 
     /// A whole number from 1 to [`MAX_MAX_CONNECTIONS`].
+    #[cfg(feature = "serve")]
     pub(super) fn count(&mut self, name: &str) -> Result<usize, UsageError> {
         let value = self.value(name)?;
         let text = value.to_string_lossy();
@@ -144,9 +153,40 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
     }
 
     /// Everything not parsed yet, verbatim.
+    #[cfg(feature = "serve")]
     pub(super) fn rest(&mut self) -> impl Iterator<Item = OsString> + '_ {
         &mut self.args
     }
+}
+
+/// A decimal number of seconds (`30`, `2.5`, `.25`, `1e3` not), read in
+/// whole numbers rather than through `f64`: the same durations for every
+/// value a person types, and no float parsing and formatting code (tens of
+/// kilobytes) in the bridge-only build. Digits past the nanosecond are
+/// dropped; `None` for anything else, or more seconds than a `u64` holds.
+pub(super) fn decimal_seconds(text: &str) -> Option<Duration> {
+    let (whole, fraction) = match text.find('.') {
+        Some(dot) => (&text[..dot], &text[dot + 1..]),
+        None => (text, ""),
+    };
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let mut secs: u64 = 0;
+    for b in whole.bytes() {
+        secs = secs.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    let mut nanos: u32 = 0;
+    for (i, b) in fraction.bytes().enumerate() {
+        if i < 9 {
+            nanos = nanos * 10 + u32::from(b - b'0');
+        }
+    }
+    for _ in fraction.len()..9 {
+        nanos *= 10;
+    }
+    Some(Duration::new(secs, nanos))
 }
 
 /// Stores an option's value, refusing a second one.

@@ -15,17 +15,26 @@ use std::fmt;
 use std::path::PathBuf;
 
 mod args;
+#[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
+mod usage_bridge;
 
 use args::{once, required_endpoint, Arg, Parser};
-use mcp_bridge::{bridge, doctor, serve};
+use mcp_bridge::bridge;
+#[cfg(feature = "doctor")]
+use mcp_bridge::doctor;
+#[cfg(feature = "serve")]
+use mcp_bridge::serve;
+#[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
+pub use usage_bridge::usage;
 
 /// Largest `--max-connections` accepted: beyond it, the process and file
 /// descriptor limits of any ordinary system run out first.
+#[cfg(feature = "serve")]
 const MAX_MAX_CONNECTIONS: usize = 100_000;
 
 /// Longest duration accepted in seconds (one day). Larger values are surely
 /// a typo, and would overflow the timer's `Instant` arithmetic.
-const MAX_SECONDS: f64 = 86_400.0;
+const MAX_SECONDS: u64 = 86_400;
 
 /// The variable that names the traffic log when `--log` is not given: for
 /// CLIs that pass an environment to the servers they spawn (Codex clears
@@ -42,14 +51,18 @@ pub enum Command {
     /// `mcp-server`: run the bridge, the job an MCP CLI spawns us for.
     Bridge(bridge::Config),
     /// `serve`: put a stdio MCP server behind an endpoint.
+    #[cfg(feature = "serve")]
     Serve(serve::Config),
     /// `demo`: a self-contained demonstration session.
+    #[cfg(feature = "demo")]
     Demo,
     /// `doctor`: check an endpoint as a CLI would use it.
+    #[cfg(feature = "doctor")]
     Doctor(Doctor),
 }
 
 /// What `doctor` checks, and how it reports.
+#[cfg(feature = "doctor")]
 #[derive(Debug)]
 pub struct Doctor {
     /// The checks.
@@ -75,7 +88,9 @@ fn error(message: impl Into<String>) -> Result<Command, UsageError> {
 }
 
 /// The text printed by `--help`, kept in `usage.txt` where it reads as it
-/// prints; the defaults are filled in from the library's constants.
+/// prints; the defaults are filled in from the library's constants. (A
+/// build without every command has its own text: `usage_bridge.rs`.)
+#[cfg(all(feature = "serve", feature = "doctor", feature = "demo"))]
 pub fn usage() -> String {
     include_str!("usage.txt")
         .replace("{VERSION}", env!("CARGO_PKG_VERSION"))
@@ -132,12 +147,19 @@ fn parse_with_env(
         Some(Arg::Word(word)) => match word.to_str() {
             Some("help") => Ok(Command::Help),
             Some("mcp-server") => parse_bridge(args, env_log),
+            #[cfg(feature = "serve")]
             Some("serve") => parse_serve(args, env_log),
+            #[cfg(feature = "doctor")]
             Some("doctor") => parse_doctor(args, env_log),
+            #[cfg(feature = "demo")]
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
                 Some(arg) => arg.unexpected("demo"),
             },
+            Some(command) if left_out_of_this_build(command) => error(format!(
+                "'{}' is not in this build of mcp-bridge (built without the '{}' feature)",
+                command, command
+            )),
             _ => error(format!(
                 "unknown command '{}' (expected mcp-server, serve, doctor, demo or help)",
                 word.to_string_lossy()
@@ -191,6 +213,7 @@ fn parse_bridge(
     Ok(Command::Bridge(config))
 }
 
+#[cfg(feature = "serve")]
 fn parse_serve(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
@@ -244,6 +267,7 @@ fn parse_serve(
 /// `doctor` takes `mcp-server`'s whole command line (a user may replace
 /// `mcp-server` by `doctor` in the line they configured), and its own
 /// `--json` and `--timeout`.
+#[cfg(feature = "doctor")]
 fn parse_doctor(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
@@ -293,6 +317,17 @@ fn parse_doctor(
         config,
         json: json.is_some(),
     }))
+}
+
+/// Whether `command` is one of ours that this build was made without.
+fn left_out_of_this_build(command: &str) -> bool {
+    [
+        ("serve", cfg!(feature = "serve")),
+        ("doctor", cfg!(feature = "doctor")),
+        ("demo", cfg!(feature = "demo")),
+    ]
+    .iter()
+    .any(|&(name, built)| name == command && !built)
 }
 
 #[cfg(test)]

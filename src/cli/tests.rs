@@ -18,6 +18,7 @@ fn bridge(args: &[&str]) -> bridge::Config {
     }
 }
 
+#[cfg(feature = "serve")]
 fn serve(args: &[&str]) -> serve::Config {
     match parse_strs(&[&["serve"], args].concat()) {
         Ok(Command::Serve(config)) => config,
@@ -83,6 +84,9 @@ const MISTAKES: &[(&[&str], &str)] = &[
 #[test]
 fn each_mistake_gets_its_own_message() {
     for (args, expected) in MISTAKES {
+        if args.first().map_or(false, |c| left_out_of_this_build(c)) {
+            continue; // tested by commands_left_out_of_the_build_say_so
+        }
         match parse_strs(args) {
             Err(e) => assert!(
                 e.to_string().starts_with(expected),
@@ -102,6 +106,7 @@ fn bad_numbers_name_their_option() {
         let e = parse_strs(&["mcp-server", "--endpoint=/x", "--connect-timeout", bad]).unwrap_err();
         assert!(e.to_string().contains("'--connect-timeout'"), "{}: {}", bad, e);
     }
+    #[cfg(feature = "serve")]
     for bad in ["0", "-1", "", "many", "1.5", "100001", "99999999999999999999999"] {
         let e = parse_strs(&["serve", "--endpoint=/x", "--max-connections", bad, "--", "cat"]).unwrap_err();
         assert!(e.to_string().contains("'--max-connections' expects"), "{}: {}", bad, e);
@@ -204,16 +209,20 @@ fn endpoint_may_be_non_utf8_but_ids_may_not() {
 #[test]
 #[rustfmt::skip]
 fn help_version_and_demo() {
-    for args in [&["-h"][..], &["--help"], &["help"], &["mcp-server", "--help"], &["serve", "-h"]] {
+    for args in [&["-h"][..], &["--help"], &["help"], &["mcp-server", "--help"]] {
         assert!(matches!(parse_strs(args), Ok(Command::Help)), "{:?}", args);
     }
+    #[cfg(feature = "serve")]
+    assert!(matches!(parse_strs(&["serve", "-h"]), Ok(Command::Help)));
     for args in [&["-V"][..], &["--version"]] {
         assert!(matches!(parse_strs(args), Ok(Command::Version)), "{:?}", args);
     }
+    #[cfg(feature = "demo")]
     assert!(matches!(parse_strs(&["demo"]), Ok(Command::Demo)));
 }
 
 #[test]
+#[cfg(feature = "serve")]
 fn serve_takes_everything_after_the_separator() {
     #[rustfmt::skip]
     let config = serve(&["--endpoint", "/s.sock", "--max-connections=3", "--", "srv", "--endpoint", "--", "-x"]);
@@ -238,10 +247,6 @@ fn the_log_flag_wins_over_the_variable() {
         Command::Bridge(config) => config.log,
         other => panic!("{:?}", other),
     };
-    let serve_log = |command| match command {
-        Command::Serve(config) => config.log,
-        other => panic!("{:?}", other),
-    };
     let flagged = ["mcp-server", "--endpoint=/x", "--log", "/tmp/flag.log"];
     assert_eq!(
         bridge_log(with_env(&flagged, Some("/tmp/env.log"))),
@@ -254,6 +259,16 @@ fn the_log_flag_wins_over_the_variable() {
     );
     assert_eq!(bridge_log(with_env(&bare, Some(""))), None);
     assert_eq!(bridge_log(with_env(&bare, None)), None);
+    #[cfg(feature = "serve")]
+    the_serve_log_flag_wins_over_the_variable(with_env);
+}
+
+#[cfg(feature = "serve")]
+fn the_serve_log_flag_wins_over_the_variable(with_env: impl Fn(&[&str], Option<&str>) -> Command) {
+    let serve_log = |command| match command {
+        Command::Serve(config) => config.log,
+        other => panic!("{:?}", other),
+    };
     let serve_args = ["serve", "--endpoint=/x", "--log=/tmp/s.log", "--", "cat"];
     assert_eq!(
         serve_log(with_env(&serve_args, Some("/tmp/env.log"))),
@@ -268,6 +283,7 @@ fn the_log_flag_wins_over_the_variable() {
 }
 
 #[test]
+#[cfg(feature = "doctor")]
 fn doctor_options() {
     #[rustfmt::skip]
     let parsed = parse_strs(&["doctor", "--endpoint", "/s.sock", "--project=p", "--requester", "r", "--json", "--timeout", "2.5"]);
@@ -332,6 +348,7 @@ fn doctor_takes_every_mcp_server_option() {
 }
 
 #[test]
+#[cfg(all(feature = "serve", feature = "doctor", feature = "demo"))]
 fn usage_mentions_every_option_and_exit_code() {
     let text = usage();
     #[rustfmt::skip]
@@ -350,5 +367,53 @@ fn usage_mentions_every_option_and_exit_code() {
         "{LOG_MAX}",
     ] {
         assert!(!text.contains(placeholder), "{} left unfilled", placeholder);
+    }
+}
+
+/// A command this build was made without is named as such, not as a typo.
+#[test]
+fn commands_left_out_of_the_build_say_so() {
+    for (command, built) in [
+        ("serve", cfg!(feature = "serve")),
+        ("doctor", cfg!(feature = "doctor")),
+        ("demo", cfg!(feature = "demo")),
+    ] {
+        assert_eq!(left_out_of_this_build(command), !built, "{}", command);
+        if !built {
+            let e = parse_strs(&[command, "--endpoint=/x"])
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "'{}' is not in this build of mcp-bridge (built without the '{}' feature)",
+                    command, command
+                )
+            );
+        }
+    }
+    assert!(!left_out_of_this_build("mcp-server"));
+}
+
+/// Timeouts are read as decimals in whole numbers, to the nanosecond.
+#[test]
+#[rustfmt::skip]
+fn seconds_are_decimals() {
+    for (text, expected) in [
+        ("30", Duration::from_secs(30)), ("2.5", Duration::from_millis(2500)),
+        (".25", Duration::from_millis(250)), ("7.", Duration::from_secs(7)),
+        ("0.000000001", Duration::from_nanos(1)), ("0.0000000019", Duration::from_nanos(1)),
+        ("1.123456789", Duration::new(1, 123_456_789)), ("86400", Duration::from_secs(86_400)),
+        ("007", Duration::from_secs(7)), ("+3", Duration::from_secs(3)),
+    ] {
+        let config = bridge(&["--endpoint=/x", "--connect-timeout", text]);
+        assert_eq!(config.connect_timeout, expected, "{}", text);
+    }
+    for bad in [".", "1.2.3", "1,5", "0x10", "1e3", " ", "-", "1 2", "18446744073709551616"] {
+        assert_eq!(args::decimal_seconds(bad), None, "{:?}", bad);
+    }
+    for out_of_range in ["86400.000000001", "0.0000000001", "-0.5", "-0", "18446744073709551615"] {
+        let e = parse_strs(&["mcp-server", "--endpoint=/x", "--connect-timeout", out_of_range]).unwrap_err();
+        assert!(e.to_string().contains("must be more than 0 and at most 86400 seconds"), "{}: {}", out_of_range, e);
     }
 }

@@ -22,6 +22,7 @@ mod unix;
 #[cfg(unix)]
 use unix as platform;
 #[cfg(unix)]
+#[cfg_attr(not(feature = "host"), allow(unused_imports))] // the host's
 pub(crate) use unix::{peer_uid, MAX_PATH_BYTES};
 #[cfg(windows)]
 mod windows;
@@ -29,6 +30,7 @@ mod windows;
 use windows as platform;
 /// The pipe connection, which the host's `PipeListener` hands out too.
 #[cfg(windows)]
+#[cfg_attr(not(feature = "host"), allow(unused_imports))] // the host's
 pub(crate) use windows::{
     pipe_connections_allowed, pipe_halves, pipe_name, pool_threads, serve_connections_allowed,
     PipeReader, PipeWriter,

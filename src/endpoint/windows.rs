@@ -970,6 +970,7 @@ mod tests {
     /// app's `host::Listener`, read from the bridge's end, is owned by our
     /// own user (Wine runs everything as one user), and so trusted.
     #[test]
+    #[cfg(feature = "host")]
     fn the_app_pipe_is_served_by_our_own_user() {
         let path = unique_pipe("owner");
         let _listener = crate::host::Listener::bind(&path).unwrap();

@@ -9,6 +9,9 @@
 
 use std::io;
 
+mod oneshot;
+#[cfg(unix)]
+mod thread;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -44,8 +47,8 @@ forward_async_write!(Stdout);
 /// reading or writing them: see [`watch_hangups`].
 #[derive(Debug)]
 pub struct Hangups {
-    input: smol::channel::Receiver<()>,
-    output: smol::channel::Receiver<()>,
+    input: oneshot::Receiver<()>,
+    output: oneshot::Receiver<()>,
 }
 
 impl Hangups {
@@ -63,7 +66,7 @@ impl Hangups {
     }
 }
 
-async fn fired(event: &smol::channel::Receiver<()>) {
+async fn fired(event: &oneshot::Receiver<()>) {
     if event.recv().await.is_err() {
         // The watcher could not run: the event will never be seen.
         futures_lite::future::pending::<()>().await
@@ -78,8 +81,8 @@ async fn fired(event: &smol::channel::Receiver<()>) {
 /// a bridge whose CLI has died would live for ever. Watching costs one
 /// thread blocked in `poll(2)` with no wake-ups until an end goes away.
 pub fn watch_hangups() -> Hangups {
-    let (input_closed, input) = smol::channel::bounded(1);
-    let (output_gone, output) = smol::channel::bounded(1);
+    let (input_closed, input) = oneshot::bounded(1);
+    let (output_gone, output) = oneshot::bounded(1);
     platform::watch_hangups(input_closed, output_gone);
     Hangups { input, output }
 }

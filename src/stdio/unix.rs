@@ -13,8 +13,8 @@
 //!   `/proc/self/fd/N` creates a *new* description of the same pipe, private
 //!   to us, which we may make non-blocking.
 //! - **Anything else** (a terminal, a regular file, `/dev/null`, a pipe where
-//!   `/proc` is unavailable): `blocking`'s thread pool, with one relay buffer
-//!   of capacity rather than its 8 MiB default.
+//!   `/proc` is unavailable): a thread of its own (`thread.rs`), with one
+//!   relay buffer of capacity.
 //!
 //! Why not `splice(2)` for pipes: it holds the pipe's lock while waiting for
 //! socket data, which stalls a client trying to read a reply already in the
@@ -32,7 +32,8 @@ use futures_lite::ready;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
-use smol::Unblock;
+// A thread of its own per stream, not `blocking`'s pool: see thread.rs.
+use super::thread::Threaded as Unblock;
 
 use crate::readiness::ReadReadiness;
 use crate::relay::BUFFER_SIZE;
@@ -209,8 +210,8 @@ impl AsyncWrite for Stdio {
 /// "every writer has gone". Each event is sent once, then its descriptor is
 /// left out of the poll, which would otherwise return at once for ever.
 pub(super) fn watch_hangups(
-    input_closed: smol::channel::Sender<()>,
-    output_gone: smol::channel::Sender<()>,
+    input_closed: super::oneshot::Sender<()>,
+    output_gone: super::oneshot::Sender<()>,
 ) {
     use rustix::event::{PollFd, PollFlags};
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use windows_sys::Win32::Foundation::ERROR_BROKEN_PIPE;
 
-use smol::channel::Sender;
+use super::oneshot::Sender;
 use smol::Unblock;
 
 use crate::ffi::windows::{self as win, has_code, Event};

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The Cargo features (Cargo.toml): every combination a bundler would pick
+# builds and passes clippy, the bridge's own tests pass in the bridge-only
+# build (`--no-default-features`) against its own binary, and both release
+# binaries stay within their size limits, stripped, and position-
+# independent. Called by .ci/run; runs on its own too:
+#
+#   .ci/features.sh           everything
+#   .ci/features.sh --sizes   only the two release builds, their sizes and
+#                             where the bytes go (.ci/size-report.py)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# shellcheck source=lib.sh
+. .ci/lib.sh
+
+# Stripped bytes (Linux x86_64, cargo's own `strip = true`). The issue that
+# set them: bridge-only at most 430,000, the full build under 800,000.
+BRIDGE_ONLY_LIMIT=430000
+FULL_LIMIT=800000
+
+# The combinations: the bridge alone, each feature alone on top of it
+# (what a bundler adds one at a time), the bridge with its log, an app's
+# toolkit without the binary's extras, and everything but the demo.
+COMBINATIONS=(
+    "--no-default-features"
+    "--no-default-features --features log"
+    "--no-default-features --features host"
+    "--no-default-features --features serve"
+    "--no-default-features --features doctor"
+    "--no-default-features --features demo"
+    "--no-default-features --features app-server"
+    "--no-default-features --features host,app-server"
+    "--no-default-features --features serve,doctor,host,app-server,log"
+    ""
+)
+
+# The tests that are the bridge's own: each must pass against the
+# bridge-only binary as against the full one.
+BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test trust --test stdio_kinds)
+
+# Builds one release binary with `features` (word-split on purpose) and
+# checks its size against `limit`; prints the size.
+check_size() {
+    local name=$1 limit=$2 features=$3 bin
+    # shellcheck disable=SC2086
+    cargo build --release --locked $features
+    bin=target/release/mcp-bridge
+    local size
+    size=$(stat -c %s "$bin")
+    readelf -h "$bin" | grep -q 'Type:.*DYN' || {
+        echo "$name: not position-independent (ELF type is not DYN)" >&2
+        exit 1
+    }
+    echo "$name: $size bytes stripped (limit $limit)"
+    if [ "$size" -gt "$limit" ]; then
+        echo "$name: $size bytes is over the limit of $limit" >&2
+        exit 1
+    fi
+}
+
+# The same build with its symbols, into its own target directory, and the
+# report of where its bytes go.
+size_report() {
+    local name=$1 features=$2
+    step "where the bytes go: $name"
+    # shellcheck disable=SC2086
+    CARGO_TARGET_DIR=target/with-symbols CARGO_PROFILE_RELEASE_STRIP=false \
+        cargo build --release --locked $features
+    python3 .ci/size-report.py target/with-symbols/release/mcp-bridge 15
+}
+
+sizes() {
+    step "release sizes (stripped, Linux $(uname -m))"
+    check_size "bridge-only (--no-default-features)" "$BRIDGE_ONLY_LIMIT" "--no-default-features"
+    check_size "full (default features)" "$FULL_LIMIT" ""
+}
+
+if [ "${1:-}" = "--sizes" ]; then
+    sizes
+    size_report "bridge-only" "--no-default-features"
+    size_report "full" ""
+    exit 0
+fi
+
+for features in "${COMBINATIONS[@]}"; do
+    step "cargo clippy --all-targets --locked ${features:-(default features)} -- -D warnings"
+    # shellcheck disable=SC2086
+    cargo clippy --all-targets --locked $features -- -D warnings
+done
+
+step "cargo doc --no-deps --no-default-features  (the bridge-only API's links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --no-default-features
+
+step "the bridge's tests against the bridge-only build (debug and release)"
+need_debian_packages socat
+cargo test --locked --no-default-features
+cargo test --release --locked --no-default-features "${BRIDGE_TESTS[@]}"
+
+sizes
