@@ -100,7 +100,7 @@ use crate::endpoint::{pipe_connections_allowed, pipe_halves, pipe_name, PipeRead
 use crate::ffi::windows::{
     self as win, has_code, Event, Overlapped, Pipe, SecurityDescriptor, SetOnDrop,
 };
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 /// The reading half of a connection accepted on a pipe. Holds the
 /// connection's place under the listener's limit.
