@@ -35,6 +35,7 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::wait;
 
+// Part of the relay's API, defined with the I/O helpers every stream shares.
 pub use crate::io::BUFFER_SIZE;
 
 /// How the relay ended when it ended without an error.
