@@ -1,5 +1,5 @@
 //! `cargo bench --bench stdio`: the bridge with stdio the reactor cannot
-//! watch, which it drives from a thread per stream (src/stdio/thread.rs):
+//! watch, which it drives from a thread per stream (src/io/thread.rs):
 //! a regular file in and a regular file out (throughput), and a terminal
 //! (a pseudo-terminal in raw mode) both ways (round trip of a small line).
 //! The relay benchmark (`--bench relay`) covers pipes and socketpairs.

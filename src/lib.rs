@@ -68,8 +68,9 @@
     allow(rustdoc::broken_intra_doc_links)
 )]
 
+// First, so that its macros are in scope in every module after it.
 #[macro_use]
-mod forward;
+mod io;
 
 // Each feature's modules (Cargo.toml says what each feature is for); the
 // bridge's own are always in.
@@ -91,8 +92,6 @@ pub mod handshake;
 pub mod host;
 #[cfg(any(feature = "serve", feature = "app-server"))]
 pub mod process;
-#[cfg(unix)]
-mod readiness;
 pub mod relay;
 #[cfg(feature = "serve")]
 pub mod serve;

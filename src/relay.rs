@@ -35,10 +35,8 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::wait;
 
-/// Bytes moved per read. Large enough that a 64 KiB line (a full pipe) moves
-/// in one system call each way; small enough that two of them are all the
-/// memory the relay ever holds.
-pub const BUFFER_SIZE: usize = 64 * 1024;
+// Part of the relay's API, defined with the I/O helpers every stream shares.
+pub use crate::io::BUFFER_SIZE;
 
 /// How the relay ended when it ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Stdio the reactor cannot watch: regular files and terminals. The bridge
-//! drives them from a thread of their own (src/stdio/thread.rs); these
+//! drives them from a thread of their own (src/io/thread.rs); these
 //! tests relay through them both ways, with a real bridge process, a real
 //! file, a real pseudo-terminal and an echoing app.
 #![cfg(unix)]

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use smol::channel::{self, Receiver, Sender};
 use smol::Task;
 
-use super::envelope::{decoded_size, MAX_DEPTH};
 use super::inbox::{inbox, InboxSender};
+use super::members::{decoded_size, MAX_DEPTH};
 use super::message::{compose, Message};
 use super::{
     spawn_app_server, AppServerError, Inbox, Incoming, IoStep, LineReader, RequestId, StderrTail,

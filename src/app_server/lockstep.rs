@@ -9,7 +9,7 @@ use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use serde_json::Value;
 
-use super::envelope::{request_id, Envelope};
+use super::members::{request_id, RawMembers};
 use super::{AppServerError, IoStep, LineReader, RequestId};
 use crate::wait;
 
@@ -83,7 +83,7 @@ where
                 future::yield_now().await;
             }
             if answers(&line, response_id) {
-                // The envelope was read, so the line is valid UTF-8.
+                // The members were read, so the line is valid UTF-8.
                 if let Ok(line) = String::from_utf8(line) {
                     return Ok(line);
                 }
@@ -101,13 +101,13 @@ where
 }
 
 /// Whether `line` is a response (a `result` or an `error`, no `method`) to
-/// `response_id`, read from its envelope without decoding the rest.
+/// `response_id`, read from its top-level members without decoding the rest.
 fn answers(line: &[u8], response_id: &RequestId) -> bool {
-    match Envelope::read(line) {
-        Some(envelope) => {
-            envelope.method.is_none()
-                && (envelope.result.is_some() || envelope.error.is_some())
-                && envelope.id.and_then(request_id).as_ref() == Some(response_id)
+    match RawMembers::read(line) {
+        Some(members) => {
+            members.method.is_none()
+                && (members.result.is_some() || members.error.is_some())
+                && members.id.and_then(request_id).as_ref() == Some(response_id)
         }
         None => false,
     }

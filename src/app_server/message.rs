@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::envelope::{request_id, Envelope};
+use super::members::{request_id, RawMembers};
 
 /// The id of a JSON-RPC request: a JSON string or integer.
 ///
@@ -111,7 +111,7 @@ impl Incoming {
     }
 }
 
-/// One line from the child, classified by its envelope. Members are still JSON text:
+/// One line from the child, classified by its top-level members. Members are still JSON text:
 /// decoding them is left to the caller, which weighs them first.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Message<'a> {
@@ -143,11 +143,11 @@ impl<'a> Message<'a> {
     /// A line with a `method` is a request or notification even if its id equals one of
     /// ours: the child's requests share the id space of our requests by coincidence only.
     pub(crate) fn classify(line: &'a [u8]) -> Option<Message<'a>> {
-        let envelope = Envelope::read(line)?;
-        if let Some(method) = envelope.method {
+        let members = RawMembers::read(line)?;
+        if let Some(method) = members.method {
             let method = serde_json::from_str::<String>(method).ok()?;
-            let params = envelope.params;
-            return Some(match envelope.id {
+            let params = members.params;
+            return Some(match members.id {
                 None => Message::Notification { method, params },
                 Some(id) => match request_id(id) {
                     Some(id) => Message::Request { id, method, params },
@@ -155,12 +155,12 @@ impl<'a> Message<'a> {
                 },
             });
         }
-        let id = request_id(envelope.id?)?;
+        let id = request_id(members.id?)?;
         // A `null` error beside a result is how some servers say "no error" (JSON-RPC
         // asks for one member or the other, but a serializer with both fields
         // optional writes both): it is a result. A `null` error alone stays an error
         // outcome, so that the request it answers still fails at once.
-        let outcome = match (envelope.error, envelope.result) {
+        let outcome = match (members.error, members.result) {
             (Some("null"), Some(result)) => Ok(result),
             (Some(error), _) => Err(error),
             (None, Some(result)) => Ok(result),

@@ -17,7 +17,7 @@
 //! - when it exits, every pending request fails at once instead of waiting out a
 //!   timeout, even if a grandchild keeps its stdout open;
 //! - memory is bounded ([`AppServerClient`] says how): a line may not exceed a limit
-//!   (64 MiB by default), a line is routed from its envelope without decoding what
+//!   (64 MiB by default), a line is routed from its top-level members without decoding what
 //!   nobody receives, a message whose decoded form would exceed a memory limit (128 MiB
 //!   by default) is refused before it is decoded, and the messages waiting to be
 //!   received hold at most that much together; exceeding a limit ends the connection
@@ -87,11 +87,11 @@
 use std::time::Duration;
 
 mod client;
-mod envelope;
 mod error;
 mod inbox;
 mod lines;
 mod lockstep;
+mod members;
 mod message;
 mod spawn;
 mod stderr;

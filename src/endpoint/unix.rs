@@ -27,7 +27,7 @@ use rustix::io::Errno;
 use rustix::net::SocketFlags;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
 
-use crate::readiness::ReadReadiness;
+use crate::io::readiness::ReadReadiness;
 
 /// The reading half of a connection.
 #[derive(Debug)]

@@ -144,7 +144,7 @@ use windows_sys::Win32::Foundation::{
 };
 
 use crate::ffi::windows::{self as win, has_code, Event, Overlapped, Pipe, SetOnDrop};
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 pub(super) type Reader = PipeReader;
 pub(super) type Writer = PipeWriter;

@@ -102,25 +102,20 @@
 //!
 //! [`diag`]: crate::diag
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
-use async_io::Timer;
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use serde_json::Value;
-use smol::channel::{self, Receiver, Sender};
+use futures_lite::io::AsyncRead;
+use smol::channel::{self, Receiver};
 use smol::Task;
 
 use crate::diag;
 use crate::handshake::Handshake;
-use crate::wait;
 
 #[cfg(unix)]
 mod unix;
@@ -133,76 +128,17 @@ use windows as platform;
 #[cfg(windows)]
 pub use windows::PipeListener;
 
-/// Longest handshake line accepted, final `\n` included. A real one is well
-/// under 1 KiB; the cap only stops a peer from filling our memory.
-pub const HANDSHAKE_LIMIT: usize = 64 * 1024;
+// By concern: the accept loop, reading a handshake, the limited log about
+// peers, the listener's settings, and turning a bridge away.
+mod accept;
+mod handshake_line;
+mod options;
+mod peer_log;
+mod refusal;
 
-/// How long a peer has, from being accepted, to send its whole handshake
-/// line. A bridge sends it at once after connecting.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Most connections that may be between "accepted" and "taken by
-/// [`Listener::accept`]" at once: reading their handshake, or waiting for
-/// the app (on Unix, half the soft limit of open files if that is lower).
-/// Beyond it, the oldest is dropped to make room for the newest, so
-/// accepting never stops. Bounds our memory (a socket, a small task and at
-/// most one handshake each) when peers connect and say nothing, or the app
-/// stops calling accept; high enough that hundreds of silent peers do not
-/// push out a bridge whose handshake is already on its way.
-pub const MAX_PENDING: usize = 1024;
-
-/// Lines about single peers (refused, dropped) are written at most once
-/// per this interval; the rest are counted into one line at its end.
-const PEER_LOG_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How long [`Connection::refuse`] may take to write its line. It fits in
-/// any socket buffer, so only a peer that filled ours without reading
-/// could hold it up.
-const REFUSAL_WRITE_LIMIT: Duration = Duration::from_secs(1);
-
-/// The JSON-RPC error code of the refusal line: the first of the range the
-/// specification leaves to servers ("server error").
-pub const REFUSAL_CODE: i64 = -32000;
-
-/// How long the accept loop pauses after a transient failure (such as
-/// running out of file descriptors) so it does not spin while it lasts.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
-
-/// How many connections the accept loop takes in a row before it lets the
-/// other tasks on its thread run.
-const ACCEPTS_BEFORE_YIELD: u32 = 32;
-
-/// Bytes read per call while looking for the end of the handshake.
-const READ_CHUNK: usize = 4096;
-
-/// Settings of a [`Listener`], for [`Listener::bind_with`]. New settings
-/// are added as fields with a default, so build it from `default()`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Options {
-    /// How long a peer has, from being accepted, to send its whole
-    /// handshake line. Default: [`HANDSHAKE_TIMEOUT`].
-    ///
-    /// `Duration::ZERO` means no time limit, as does `Duration::MAX`: a
-    /// silent peer is then only dropped when [`MAX_PENDING`] others are
-    /// waiting behind it (it is the oldest) or when the listener is dropped.
-    pub handshake_timeout: Duration,
-    /// Longest handshake line accepted, final `\n` included. Default:
-    /// [`HANDSHAKE_LIMIT`].
-    ///
-    /// `usize::MAX` means no limit (a peer that never ends its line can
-    /// then fill memory until the timeout); `0` refuses every handshake.
-    pub handshake_limit: usize,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            handshake_timeout: HANDSHAKE_TIMEOUT,
-            handshake_limit: HANDSHAKE_LIMIT,
-        }
-    }
-}
+pub use accept::MAX_PENDING;
+pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
+pub use refusal::REFUSAL_CODE;
 
 /// A bound endpoint that accepts bridges. Dropping it stops accepting and
 /// removes the socket file.
@@ -250,18 +186,6 @@ pub struct BindError {
     pub(crate) source: io::Error,
 }
 
-/// What the platform's accept produced.
-enum Accepted {
-    /// A peer that passed the platform's checks (same user). Boxed: the
-    /// streams are large, and the other variants are common under attack.
-    Peer(Box<(platform::Reader, platform::Writer)>),
-    /// A peer that was refused and already dropped; the text says why.
-    Refused(String),
-    /// A failure that may heal (out of file descriptors, an aborted
-    /// connection); the loop logs it, pauses and carries on.
-    Retry(io::Error),
-}
-
 impl Listener {
     /// Binds `endpoint` (a socket path on Unix, a pipe name on Windows) and
     /// starts accepting in the background on smol's global executor.
@@ -290,7 +214,7 @@ impl Listener {
             source,
         })?;
         let (ready_sender, ready) = channel::bounded(1);
-        let accepting = smol::spawn(accept_loop(acceptor, options, ready_sender));
+        let accepting = smol::spawn(accept::accept_loop(acceptor, options, ready_sender));
         Ok(Listener {
             endpoint: endpoint.to_path_buf(),
             ready,
@@ -341,405 +265,6 @@ fn log(message: fmt::Arguments<'_>) {
 /// A poisoned lock only means a panic elsewhere; the data is still sound.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The tasks of the peers accepted but not yet taken by the app (reading
-/// their handshake, or waiting for [`Listener::accept`]), by accept order,
-/// so the oldest is the first one found. Dropping a task cancels it, which
-/// drops its peer; each task removes itself when it ends.
-type Pending = Mutex<BTreeMap<u64, Task<()>>>;
-
-/// Accepts peers for as long as the listener lives, reading each one's
-/// handshake in its own task so a slow peer holds up nobody else.
-///
-/// It never waits for a handshake before accepting the next peer: a silent
-/// peer must not keep a bridge that has already sent its handshake waiting
-/// in the kernel's backlog. Memory and descriptors are bounded by dropping
-/// the oldest pending peer instead (see [`MAX_PENDING`] and
-/// `platform::pending_limit`). Dropping the loop drops `pending`, which
-/// cancels every handshake still being read.
-async fn accept_loop(
-    acceptor: platform::Acceptor,
-    options: Options,
-    ready: Sender<io::Result<Connection>>,
-) {
-    let most_pending = platform::pending_limit(MAX_PENDING);
-    let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
-    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK));
-    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK));
-    let mut outage: Option<Outage> = None;
-    let mut next_id: u64 = 0;
-    let mut accepted_in_a_row = 0u32;
-    loop {
-        // With connections always queued, accept never waits: a flood of them
-        // (refused ones included) would otherwise keep this loop from ever
-        // returning to the executor, stalling every task that shares it.
-        accepted_in_a_row += 1;
-        if accepted_in_a_row >= ACCEPTS_BEFORE_YIELD {
-            accepted_in_a_row = 0;
-            futures_lite::future::yield_now().await;
-        }
-        let accepted = acceptor.accept().await;
-        if !matches!(accepted, Ok(Accepted::Retry(_))) {
-            if let Some(outage) = outage.take() {
-                outage.ended();
-            }
-        }
-        let (reader, writer) = match accepted {
-            Ok(Accepted::Peer(streams)) => *streams,
-            Ok(Accepted::Refused(why)) => {
-                peer_log.line(format_args!("refused {}", why));
-                continue;
-            }
-            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::ConnectionAborted => {
-                peer_log.line(format_args!(
-                    "a connection was closed by its peer before it could be accepted ({})",
-                    e
-                ));
-                continue;
-            }
-            Ok(Accepted::Retry(e)) => {
-                // Out of descriptors or memory: the connections stay in the kernel's
-                // queue meanwhile, and are accepted once it passes. Say so, once per
-                // outage, rather than a line per attempt.
-                match &mut outage {
-                    Some(outage) => outage.attempts += 1,
-                    None => outage = Some(Outage::began(e, &accept_log)),
-                }
-                Timer::after(RETRY_PAUSE).await;
-                continue;
-            }
-            Err(e) => {
-                log(format_args!("stopped accepting connections: {}", e));
-                let _ = ready.send(Err(e)).await;
-                return;
-            }
-        };
-        next_id += 1;
-        let id = next_id;
-        let work = take_handshake(reader, writer, options, ready.clone(), peer_log.clone());
-        let registry = Arc::downgrade(&pending);
-        let crowded = {
-            // Locked across the spawn, so the task cannot try to remove
-            // itself before it is in the map.
-            let mut peers = lock(&pending);
-            let task = smol::spawn(async move {
-                work.await;
-                forget(&registry, id);
-            });
-            peers.insert(id, task);
-            peers.len() > most_pending
-        };
-        if crowded && drop_oldest(&pending).await {
-            peer_log.line(format_args!(
-                "dropped a connection: more than {} were waiting for their handshake \
-                 or for the app, and it was the oldest",
-                most_pending
-            ));
-        }
-    }
-}
-
-/// A time in which accepting fails for a reason that may heal (out of file
-/// descriptors, say). Connections are not lost meanwhile: they wait in the
-/// kernel's queue, and are accepted once it passes, so the log says that,
-/// once when it begins and once when it ends.
-///
-/// The two lines of an outage go together: the first is limited like the
-/// lines about single peers (so outages that come and go quickly are
-/// counted, not each logged), and the second is written exactly when the
-/// first was.
-#[derive(Debug)]
-struct Outage {
-    began: Instant,
-    attempts: u64,
-    error: io::Error,
-    /// Whether its first line was written (not held back).
-    logged: bool,
-}
-
-impl Outage {
-    fn began(error: io::Error, log: &Arc<PeerLog>) -> Outage {
-        let logged = log.line(format_args!(
-            "cannot accept connections for now: {}; connections wait in the kernel's \
-             queue meanwhile, and accepting is tried again every {:?}",
-            error, RETRY_PAUSE
-        ));
-        Outage {
-            began: Instant::now(),
-            attempts: 1,
-            error,
-            logged,
-        }
-    }
-
-    fn ended(self) {
-        if self.logged {
-            log(format_args!(
-                "accepting connections again after {} failed attempt(s) in {:.1?} ({}): \
-                 the connections that waited meanwhile were delayed, not dropped",
-                self.attempts,
-                self.began.elapsed(),
-                self.error
-            ));
-        }
-    }
-}
-
-/// Removes a finished handshake task from the pending map.
-fn forget(registry: &Weak<Pending>, id: u64) {
-    if let Some(pending) = registry.upgrade() {
-        // The running task's own handle: let it finish on its own.
-        if let Some(task) = lock(&pending).remove(&id) {
-            task.detach();
-        }
-    }
-}
-
-/// Cancels the oldest pending peer's task and waits until it is gone (its
-/// socket closed); `false` if no peer is pending.
-async fn drop_oldest(pending: &Pending) -> bool {
-    let oldest = {
-        let mut peers = lock(pending);
-        let first = peers.keys().next().copied();
-        first.and_then(|id| peers.remove(&id))
-    };
-    match oldest {
-        Some(task) => {
-            task.cancel().await;
-            true
-        }
-        None => false,
-    }
-}
-
-/// Reads one peer's handshake and hands the connection to the app.
-async fn take_handshake(
-    reader: platform::Reader,
-    writer: platform::Writer,
-    options: Options,
-    ready: Sender<io::Result<Connection>>,
-    peer_log: Arc<PeerLog>,
-) {
-    match read_handshake(reader, options.handshake_limit, options.handshake_timeout).await {
-        Ok((handshake, reader)) => {
-            let connection = Connection {
-                handshake,
-                reader,
-                writer: Writer(writer),
-            };
-            // Fails only when the listener is gone: the peer is then
-            // dropped, which is all there is left to do.
-            let _ = ready.send(Ok(connection)).await;
-        }
-        // Not worth a line: a liveness probe (such as another
-        // `Listener::bind` checking whether we are alive).
-        Err(HandshakeFailure::Probe) => {}
-        Err(failure) => {
-            peer_log.line(format_args!("dropped a connection: {}", failure));
-        }
-    }
-}
-
-/// Log lines about single peers, at most one per [`PEER_LOG_INTERVAL`]:
-/// one bad peer is worth a line, a thousand are worth one line and a
-/// count. The lines held back are counted and logged in one line at the
-/// end of the interval (which starts a new one), which says what they were
-/// about.
-#[derive(Debug)]
-struct PeerLog {
-    state: Mutex<PeerLogState>,
-    /// What the held-back lines were about, after their count.
-    held_back: &'static str,
-}
-
-/// The count line of the log about single peers.
-const PEERS_HELD_BACK: &str = "more connection(s) dropped or refused";
-
-/// The count line of the log about accepting failing for a while.
-const ACCEPTING_HELD_BACK: &str = "more time(s) accepting connections failed for a while \
-     (the connections waited in the kernel's queue meanwhile, and were not dropped)";
-
-#[derive(Debug, Default)]
-struct PeerLogState {
-    /// Until when lines are counted instead of written.
-    quiet_until: Option<Instant>,
-    /// Lines held back since the last line written.
-    held_back: u64,
-}
-
-impl PeerLog {
-    fn new(held_back: &'static str) -> PeerLog {
-        PeerLog {
-            state: Mutex::default(),
-            held_back,
-        }
-    }
-
-    /// Writes the line, or counts it if one was written less than
-    /// [`PEER_LOG_INTERVAL`] ago; `true` if it was written.
-    fn line(self: &Arc<Self>, message: fmt::Arguments<'_>) -> bool {
-        let now = Instant::now();
-        let mut state = lock(&self.state);
-        match state.quiet_until {
-            Some(until) if now < until => {
-                state.held_back += 1;
-                if state.held_back == 1 {
-                    let log = self.clone();
-                    smol::spawn(async move {
-                        Timer::at(until).await;
-                        log.count_held_back();
-                    })
-                    .detach();
-                }
-                false
-            }
-            _ => {
-                state.quiet_until = Some(now + PEER_LOG_INTERVAL);
-                drop(state);
-                log(message);
-                true
-            }
-        }
-    }
-
-    /// Logs how many lines were held back, if any; that line starts a new
-    /// quiet interval of its own.
-    fn count_held_back(&self) {
-        let mut state = lock(&self.state);
-        let count = std::mem::take(&mut state.held_back);
-        if count > 0 {
-            state.quiet_until = Some(Instant::now() + PEER_LOG_INTERVAL);
-            drop(state);
-            log(format_args!(
-                "{} {} (such lines are limited to one every {:?})",
-                count, self.held_back, PEER_LOG_INTERVAL
-            ));
-        }
-    }
-}
-
-/// Why a peer's handshake was not accepted.
-#[derive(Debug)]
-enum HandshakeFailure {
-    TooLong(usize),
-    TimedOut(Duration),
-    /// Closed after sending part of a handshake.
-    Closed,
-    /// Closed without sending a byte: someone checking that we listen.
-    Probe,
-    Io(io::Error),
-    Invalid(crate::handshake::HandshakeError),
-}
-
-impl fmt::Display for HandshakeFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HandshakeFailure::TooLong(limit) => {
-                write!(f, "handshake longer than {} bytes", limit)
-            }
-            HandshakeFailure::TimedOut(limit) => {
-                write!(f, "no complete handshake within {:?}", limit)
-            }
-            HandshakeFailure::Closed => f.write_str("closed in the middle of its handshake"),
-            HandshakeFailure::Probe => f.write_str("closed without sending anything"),
-            HandshakeFailure::Io(e) => write!(f, "reading its handshake failed: {}", e),
-            HandshakeFailure::Invalid(e) => e.fmt(f),
-        }
-    }
-}
-
-/// Reads one handshake line of at most `limit` bytes within `timeout`, and
-/// returns it parsed, with a [`Reader`] that yields every byte after it.
-async fn read_handshake(
-    mut inner: platform::Reader,
-    limit: usize,
-    timeout: Duration,
-) -> Result<(Handshake, Reader), HandshakeFailure> {
-    let reading = async {
-        // A silent peer costs no buffer: allocated once bytes arrive. (The
-        // future is made in a statement of its own, so no borrow of
-        // `inner` is held across the wait.)
-        let readable = platform::readable(&inner);
-        readable.await.map_err(HandshakeFailure::Io)?;
-        let mut buffer = Vec::new();
-        let mut chunk = vec![0u8; READ_CHUNK];
-        loop {
-            let n = match inner.read(&mut chunk).await {
-                Ok(0) if buffer.is_empty() => return Err(HandshakeFailure::Probe),
-                Ok(0) => return Err(HandshakeFailure::Closed),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(HandshakeFailure::Io(e)),
-            };
-            let searched = buffer.len();
-            buffer.extend_from_slice(&chunk[..n]);
-            if let Some(i) = buffer[searched..].iter().position(|&b| b == b'\n') {
-                let end = searched + i + 1;
-                if end > limit {
-                    return Err(HandshakeFailure::TooLong(limit));
-                }
-                return Ok((buffer, end));
-            }
-            if buffer.len() >= limit {
-                return Err(HandshakeFailure::TooLong(limit));
-            }
-        }
-    };
-    let (buffer, end) = match wait::timeout_unless_zero(timeout, reading).await {
-        Some(read) => read?,
-        None => return Err(HandshakeFailure::TimedOut(timeout)),
-    };
-    let handshake = Handshake::parse(&buffer[..end]).map_err(HandshakeFailure::Invalid)?;
-    let reader = Reader {
-        early: buffer,
-        early_pos: end,
-        inner,
-    };
-    Ok((handshake, reader))
-}
-
-impl Connection {
-    /// Turns this bridge away with a reason its MCP CLI can show: writes the
-    /// protocol's refusal line (see [the module docs](self#refusing-a-bridge))
-    /// and closes the connection. Takes at most a second, however the peer
-    /// behaves.
-    ///
-    /// ```no_run
-    /// # async fn f(listener: mcp_bridge::host::Listener) -> std::io::Result<()> {
-    /// let connection = listener.accept().await?;
-    /// connection.refuse("this app serves one agent at a time").await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// If the line could not be written (the peer is gone, or did not take
-    /// it in time); the connection is closed all the same.
-    pub async fn refuse(self, reason: &str) -> io::Result<()> {
-        let mut writer = self.writer;
-        let line = refusal_line(reason);
-        let sent = wait::timeout(REFUSAL_WRITE_LIMIT, async {
-            writer.write_all(&line).await?;
-            writer.close().await
-        })
-        .await;
-        sent.unwrap_or_else(|| Err(io::ErrorKind::TimedOut.into()))
-    }
-}
-
-/// The refusal line for `reason`, final `\n` included: a JSON-RPC error
-/// response with a `null` id and [`REFUSAL_CODE`].
-///
-/// Written by hand, like the handshake, so the key order is fixed here.
-fn refusal_line(reason: &str) -> Vec<u8> {
-    format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\"message\":{}}}}}\n",
-        REFUSAL_CODE,
-        Value::from(reason)
-    )
-    .into_bytes()
 }
 
 impl Reader {
@@ -833,141 +358,9 @@ impl std::error::Error for BindError {
         Some(&self.source)
     }
 }
-
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use futures_lite::io::AsyncWriteExt;
-    use smol::net::unix::UnixStream;
-
-    fn pair() -> (UnixStream, UnixStream) {
-        UnixStream::pair().unwrap()
-    }
-
-    #[test]
-    fn bytes_after_the_handshake_are_kept() {
-        smol::block_on(async {
-            let (mut peer, ours) = pair();
-            peer.write_all(b"{\"project\":\"p\",\"requester\":\"r\"}\r\nfirst\nsecond")
-                .await
-                .unwrap();
-            drop(peer);
-            let (handshake, mut reader) = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap();
-            assert_eq!(handshake, Handshake::new("p", "r"));
-            let mut rest = Vec::new();
-            reader.read_to_end(&mut rest).await.unwrap();
-            assert_eq!(rest, b"first\nsecond");
-        });
-    }
-
-    #[test]
-    fn handshake_split_over_many_writes() {
-        smol::block_on(async {
-            let (mut peer, ours) = pair();
-            let writer = smol::spawn(async move {
-                for byte in b"{\"project\":\"p\",\"requester\":\"r\"}\nrest".iter() {
-                    peer.write_all(&[*byte]).await.unwrap();
-                    Timer::after(Duration::from_millis(1)).await;
-                }
-            });
-            let (handshake, mut reader) = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap();
-            writer.await;
-            assert_eq!(handshake.requester, "r");
-            let mut rest = Vec::new();
-            reader.read_to_end(&mut rest).await.unwrap();
-            assert_eq!(rest, b"rest");
-        });
-    }
-
-    #[test]
-    fn limit_counts_the_newline() {
-        smol::block_on(async {
-            let line = b"{\"project\":\"p\",\"requester\":\"r\"}\n";
-            let (mut peer, ours) = pair();
-            peer.write_all(line).await.unwrap();
-            assert!(read_handshake(ours, line.len(), Duration::from_secs(5))
-                .await
-                .is_ok());
-            let (mut peer, ours) = pair();
-            peer.write_all(line).await.unwrap();
-            let e = read_handshake(ours, line.len() - 1, Duration::from_secs(5))
-                .await
-                .unwrap_err();
-            assert!(matches!(e, HandshakeFailure::TooLong(_)), "{}", e);
-        });
-    }
-
-    #[test]
-    fn endless_line_stops_at_the_limit() {
-        smol::block_on(async {
-            let (mut peer, ours) = pair();
-            let writer = smol::spawn(async move {
-                let junk = vec![b'x'; 1024];
-                // Stops when the reader gives up and the socket closes.
-                while peer.write_all(&junk).await.is_ok() {}
-            });
-            let e = read_handshake(ours, 10_000, Duration::from_secs(5))
-                .await
-                .unwrap_err();
-            assert_eq!(e.to_string(), "handshake longer than 10000 bytes");
-            writer.await;
-        });
-    }
-
-    #[test]
-    fn silence_times_out() {
-        smol::block_on(async {
-            let (mut peer, ours) = pair();
-            peer.write_all(b"{\"project\":").await.unwrap();
-            let e = read_handshake(ours, 1024, Duration::from_millis(100))
-                .await
-                .unwrap_err();
-            assert!(matches!(e, HandshakeFailure::TimedOut(_)), "{}", e);
-        });
-    }
-
-    #[test]
-    fn eof_and_invalid_lines_are_failures() {
-        smol::block_on(async {
-            let (peer, ours) = pair();
-            drop(peer);
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap_err();
-            assert!(matches!(e, HandshakeFailure::Probe), "{}", e);
-
-            let (mut peer, ours) = pair();
-            peer.write_all(b"{\"project\"").await.unwrap();
-            drop(peer);
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap_err();
-            assert!(matches!(e, HandshakeFailure::Closed), "{}", e);
-
-            let (mut peer, ours) = pair();
-            peer.write_all(b"{\"project\":\"p\"}\n").await.unwrap();
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap_err();
-            assert_eq!(e.to_string(), "invalid handshake: 'requester' is missing");
-        });
-    }
-
-    #[test]
-    fn the_refusal_line_is_one_json_rpc_error_with_a_null_id() {
-        let line = refusal_line("busy \"now\"\n");
-        assert_eq!(
-            String::from_utf8(line.clone()).unwrap(),
-            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\
-             \"message\":\"busy \\\"now\\\"\\n\"}}\n"
-        );
-        let value: Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(value["error"]["message"], "busy \"now\"\n");
-    }
 
     #[test]
     fn bind_error_texts_give_a_hint() {

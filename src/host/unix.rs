@@ -101,7 +101,7 @@ use async_io::Async;
 use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
-use super::Accepted;
+use super::accept::Accepted;
 use crate::endpoint::peer_uid;
 use crate::endpoint::MAX_PATH_BYTES;
 

@@ -95,12 +95,12 @@ use windows_sys::Win32::Foundation::{
     ERROR_PAGED_SYSTEM_RESOURCES, ERROR_SEM_TIMEOUT, ERROR_TOO_MANY_OPEN_FILES,
 };
 
-use super::Accepted;
+use super::accept::Accepted;
 use crate::endpoint::{pipe_connections_allowed, pipe_halves, pipe_name, PipeReader, PipeWriter};
 use crate::ffi::windows::{
     self as win, has_code, Event, Overlapped, Pipe, SecurityDescriptor, SetOnDrop,
 };
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 /// The reading half of a connection accepted on a pipe. Holds the
 /// connection's place under the listener's limit.
@@ -463,7 +463,7 @@ impl fmt::Debug for PipeListener {
 /// a pool thread; a write that would wait is cancelled. Best effort: the
 /// client is disconnected either way.
 fn refuse_at_once(pipe: &Pipe, reason: &str) {
-    let line = super::refusal_line(reason);
+    let line = super::refusal::refusal_line(reason);
     let (stop, op) = match (Event::new(), Overlapped::new()) {
         (Ok(stop), Ok(op)) => (stop, op),
         _ => return,
@@ -651,7 +651,9 @@ mod tests {
             refused.read_to_end(&mut rest).await.unwrap();
             assert_eq!(
                 String::from_utf8_lossy(&rest),
-                String::from_utf8_lossy(&super::super::refusal_line(&listener.refusal_reason()))
+                String::from_utf8_lossy(&super::super::refusal::refusal_line(
+                    &listener.refusal_reason()
+                ))
             );
             assert!(listener.refusal_reason().contains("1 connections are open"));
             assert!(listener.refusal().contains("1 connections are open"));

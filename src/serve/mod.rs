@@ -289,9 +289,28 @@ async fn accept_until_stopped(
     traffic: &Option<TrafficLog>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let listener = listen(config, traffic.as_ref())?;
+    let mut connections = Connections::new(config);
+    futures_lite::pin!(stop);
+    let result = loop {
+        match accept_or_stop(&listener, &mut stop).await {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(ServeError::Accept(e)),
+            Some(Ok(connection)) => connections.admit(connection, traffic.as_ref()),
+        }
+    };
+    // Stop accepting and remove the socket first, so no new bridge is
+    // accepted into a server that is going away.
+    drop(listener);
+    connections.stop_all(traffic.as_ref()).await;
+    result
+}
+
+/// Binds `config.endpoint` and says what is served there.
+fn listen(config: &Config, traffic: Option<&TrafficLog>) -> Result<Listener, ServeError> {
     let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
     log(
-        traffic.as_ref(),
+        traffic,
         format_args!(
             "serving {} on '{}' (at most {} connections)",
             command_line(config),
@@ -299,77 +318,117 @@ async fn accept_until_stopped(
             config.max_connections
         ),
     );
-    let config = Arc::new(config.clone());
-    // Dropping `stop_children` tells every connection to stop; `finished`
-    // fires once every connection task has dropped its `Slot`.
-    let (stop_children, stop_child) = wait::stop_signal();
-    let (running, finished) = wait::stop_signal();
-    let active = Arc::new(AtomicUsize::new(0));
-    let mut next_id: u64 = 0;
+    Ok(listener)
+}
 
-    futures_lite::pin!(stop);
-    let result = loop {
-        let accepted = future::or(async { Some(listener.accept().await) }, async {
-            (&mut stop).await;
-            None
-        })
-        .await;
-        let connection = match accepted {
-            None => break Ok(()),
-            Some(Err(e)) => break Err(ServeError::Accept(e)),
-            Some(Ok(connection)) => connection,
-        };
-        next_id += 1;
-        let label = Label::new(next_id, &connection.handshake);
-        let traffic = traffic.as_ref().map(|t| t.for_connection(next_id));
+/// The next bridge, or `None` once `stop` has completed.
+async fn accept_or_stop(
+    listener: &Listener,
+    stop: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> Option<io::Result<Connection>> {
+    future::or(async { Some(listener.accept().await) }, async {
+        stop.await;
+        None
+    })
+    .await
+}
+
+/// The connections being served: how many are open, and how to stop them
+/// all and know when they have stopped.
+struct Connections {
+    config: Arc<Config>,
+    active: Arc<AtomicUsize>,
+    next_id: u64,
+    /// Dropping it tells every connection to stop.
+    stop_children: wait::StopOnDrop,
+    /// What each connection waits on to stop.
+    stop_child: wait::Stopped,
+    /// Held (cloned) by every connection task's [`Slot`].
+    running: wait::StopOnDrop,
+    /// Fires once every connection task has dropped its [`Slot`].
+    finished: wait::Stopped,
+}
+
+impl Connections {
+    fn new(config: &Config) -> Connections {
+        let (stop_children, stop_child) = wait::stop_signal();
+        let (running, finished) = wait::stop_signal();
+        Connections {
+            config: Arc::new(config.clone()),
+            active: Arc::new(AtomicUsize::new(0)),
+            next_id: 0,
+            stop_children,
+            stop_child,
+            running,
+            finished,
+        }
+    }
+
+    /// Serves `connection` in a task of its own, or turns it away if
+    /// `max_connections` are already open.
+    fn admit(&mut self, connection: Connection, traffic: Option<&TrafficLog>) {
+        self.next_id += 1;
+        let label = Label::new(self.next_id, &connection.handshake);
+        let traffic = traffic.map(|t| t.for_connection(self.next_id));
         if let Some(traffic) = &traffic {
             traffic.event(format_args!("{}: accepted", label));
         }
-        let open = active.load(Ordering::SeqCst);
-        if open >= config.max_connections {
-            log(
-                traffic.as_ref(),
-                format_args!(
-                    "{}: refused, {} connections already open (the limit is {})",
-                    label, open, config.max_connections
-                ),
-            );
-            let reason = format!(
-                "mcp-bridge serve is busy (connection limit: {}); try again later",
-                config.max_connections
-            );
-            // In a task of its own: the write is bounded, but accepting
-            // must not wait for it.
-            smol::spawn(async move {
-                let _ = connection.refuse(&reason).await;
-            })
-            .detach();
-            continue;
+        let open = self.active.load(Ordering::SeqCst);
+        if open >= self.config.max_connections {
+            refuse_busy(connection, &label, open, &self.config, traffic.as_ref());
+            return;
         }
-        let slot = Slot::take(&active, &running);
-        let config = config.clone();
-        let stop = stop_child.clone();
+        let slot = Slot::take(&self.active, &self.running);
+        let config = self.config.clone();
+        let stop = self.stop_child.clone();
         smol::spawn(async move {
             let _slot = slot;
             serve_connection(connection, label, &config, traffic, stop).await;
         })
         .detach();
-    };
-
-    // Stop accepting and remove the socket first, so no new bridge is
-    // accepted into a server that is going away.
-    drop(listener);
-    let open = active.load(Ordering::SeqCst);
-    if open > 0 {
-        log(
-            traffic.as_ref(),
-            format_args!("stopping {} running command(s)", open),
-        );
     }
-    drop(stop_children);
-    drop(running);
-    finished.wait().await;
-    result
+
+    /// Tells every connection to stop, and waits until their tasks have
+    /// ended.
+    async fn stop_all(self, traffic: Option<&TrafficLog>) {
+        let open = self.active.load(Ordering::SeqCst);
+        if open > 0 {
+            log(
+                traffic,
+                format_args!("stopping {} running command(s)", open),
+            );
+        }
+        drop(self.stop_children);
+        drop(self.running);
+        self.finished.wait().await;
+    }
+}
+
+/// Turns a bridge away because `open` connections are already open: logs
+/// it, and writes the refusal line in a task of its own (the write is
+/// bounded, but accepting must not wait for it).
+fn refuse_busy(
+    connection: Connection,
+    label: &Label,
+    open: usize,
+    config: &Config,
+    traffic: Option<&TrafficLog>,
+) {
+    log(
+        traffic,
+        format_args!(
+            "{}: refused, {} connections already open (the limit is {})",
+            label, open, config.max_connections
+        ),
+    );
+    let reason = format!(
+        "mcp-bridge serve is busy (connection limit: {}); try again later",
+        config.max_connections
+    );
+    smol::spawn(async move {
+        let _ = connection.refuse(&reason).await;
+    })
+    .detach();
 }
 
 /// Held by each connection task: counts it as open, and keeps `finished`

@@ -11,8 +11,6 @@ use std::io;
 
 mod oneshot;
 #[cfg(unix)]
-mod thread;
-#[cfg(unix)]
 mod unix;
 #[cfg(unix)]
 use unix as platform;

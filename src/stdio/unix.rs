@@ -13,7 +13,7 @@
 //!   `/proc/self/fd/N` creates a *new* description of the same pipe, private
 //!   to us, which we may make non-blocking.
 //! - **Anything else** (a terminal, a regular file, `/dev/null`, a pipe where
-//!   `/proc` is unavailable): a thread of its own (`thread.rs`), with one
+//!   `/proc` is unavailable): a thread of its own (`io/thread.rs`), with one
 //!   relay buffer of capacity.
 //!
 //! Why not `splice(2)` for pipes: it holds the pipe's lock while waiting for
@@ -32,11 +32,11 @@ use futures_lite::ready;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
-// A thread of its own per stream, not `blocking`'s pool: see thread.rs.
-use super::thread::Threaded as Unblock;
+// A thread of its own per stream, not `blocking`'s pool: see io/thread.rs.
+use crate::io::thread::Threaded as Unblock;
 
-use crate::readiness::ReadReadiness;
-use crate::relay::BUFFER_SIZE;
+use crate::io::readiness::ReadReadiness;
+use crate::io::BUFFER_SIZE;
 
 pub(super) type Input = Stdio;
 pub(super) type Output = Stdio;

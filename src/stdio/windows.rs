@@ -29,7 +29,7 @@ use super::oneshot::Sender;
 use smol::Unblock;
 
 use crate::ffi::windows::{self as win, has_code, Event};
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 pub(super) type Input = Unblock<File>;
 pub(super) type Output = Unblock<File>;

@@ -1,4 +1,4 @@
-//! Reading a JSON-RPC message's envelope straight from its text, and weighing what
+//! Reading a JSON-RPC message's top-level members straight from its text, and weighing what
 //! decoding one of its members would cost, without building a tree for either.
 //!
 //! Parsing a whole line into a `serde_json::Value` to look at its `id` and `method`
@@ -24,7 +24,7 @@ use super::RequestId;
 /// When a member appears twice, the last one counts, as when serde_json decodes the
 /// object.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Envelope<'a> {
+pub(crate) struct RawMembers<'a> {
     pub(crate) id: Option<&'a str>,
     pub(crate) method: Option<&'a str>,
     pub(crate) params: Option<&'a str>,
@@ -32,10 +32,10 @@ pub(crate) struct Envelope<'a> {
     pub(crate) error: Option<&'a str>,
 }
 
-impl<'a> Envelope<'a> {
-    /// The envelope of `line`; `None` unless it is valid JSON (and UTF-8) holding one
+impl<'a> RawMembers<'a> {
+    /// The top-level members of `line`; `None` unless it is valid JSON (and UTF-8) holding one
     /// object.
-    pub(crate) fn read(line: &'a [u8]) -> Option<Envelope<'a>> {
+    pub(crate) fn read(line: &'a [u8]) -> Option<RawMembers<'a>> {
         // Validates the whole line without allocating anything but a stack of the
         // brackets that are open, one byte per level.
         let text = serde_json::from_slice::<&RawValue>(line).ok()?.get();
@@ -43,12 +43,12 @@ impl<'a> Envelope<'a> {
         if scan.next_byte()? != b'{' {
             return None;
         }
-        let mut envelope = Envelope::default();
+        let mut members = RawMembers::default();
         let mut ignored = None;
         loop {
             scan.skip_whitespace();
             if scan.peek()? == b'}' {
-                return Some(envelope);
+                return Some(members);
             }
             let key = scan.value()?;
             scan.skip_whitespace();
@@ -56,17 +56,17 @@ impl<'a> Envelope<'a> {
             scan.skip_whitespace();
             let value = scan.value()?;
             let slot = match member_name(&text[key.0..key.1]).as_deref() {
-                Some("id") => &mut envelope.id,
-                Some("method") => &mut envelope.method,
-                Some("params") => &mut envelope.params,
-                Some("result") => &mut envelope.result,
-                Some("error") => &mut envelope.error,
+                Some("id") => &mut members.id,
+                Some("method") => &mut members.method,
+                Some("params") => &mut members.params,
+                Some("result") => &mut members.result,
+                Some("error") => &mut members.error,
                 _ => &mut ignored,
             };
             *slot = Some(&text[value.0..value.1]);
             scan.skip_whitespace();
             if scan.next_byte()? == b'}' {
-                return Some(envelope);
+                return Some(members);
             }
         }
     }
@@ -283,10 +283,10 @@ mod tests {
     fn finds_the_members_routing_needs_and_skips_the_rest() {
         let line = br#" { "jsonrpc" : "2.0", "extra": {"id": 9, "s": "}\"{"}, "id":7,
             "method":"turn/started", "params": [1, {"a": "]"}] , "result":null } "#;
-        let envelope = Envelope::read(line).unwrap();
+        let members = RawMembers::read(line).unwrap();
         assert_eq!(
-            envelope,
-            Envelope {
+            members,
+            RawMembers {
                 id: Some("7"),
                 method: Some(r#""turn/started""#),
                 params: Some(r#"[1, {"a": "]"}]"#),
@@ -298,13 +298,13 @@ mod tests {
 
     #[test]
     fn the_last_of_repeated_members_counts_and_escaped_names_are_decoded() {
-        let envelope = Envelope::read(br#"{"id":1,"id":"two","\u0069d":3,"error":{}}"#).unwrap();
-        assert_eq!(envelope.id, Some("3"));
-        assert_eq!(envelope.error, Some("{}"));
+        let members = RawMembers::read(br#"{"id":1,"id":"two","\u0069d":3,"error":{}}"#).unwrap();
+        assert_eq!(members.id, Some("3"));
+        assert_eq!(members.error, Some("{}"));
     }
 
     #[test]
-    fn anything_but_one_valid_object_has_no_envelope() {
+    fn anything_but_one_valid_object_reads_as_none() {
         for line in [
             &b"not json"[..],
             b"[1,2]",
@@ -315,9 +315,9 @@ mod tests {
             b"{\"id\":\"\xff\"}",
             b"",
         ] {
-            assert_eq!(Envelope::read(line), None, "{:?}", line);
+            assert_eq!(RawMembers::read(line), None, "{:?}", line);
         }
-        assert_eq!(Envelope::read(b"{}"), Some(Envelope::default()));
+        assert_eq!(RawMembers::read(b"{}"), Some(RawMembers::default()));
     }
 
     #[test]

@@ -1,0 +1,252 @@
+//! The accept loop: takes every peer the platform accepts, reads each
+//! one's handshake in a task of its own, and bounds how many wait.
+//!
+//! Why it never stops to wait: a silent peer must not keep a bridge that has
+//! already sent its handshake waiting in the kernel's backlog, so memory and
+//! descriptors are bounded by dropping the oldest waiting peer instead.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use smol::channel::Sender;
+use smol::Task;
+
+use super::handshake_line::{read_handshake, HandshakeFailure};
+use super::peer_log::{PeerLog, ACCEPTING_HELD_BACK, PEERS_HELD_BACK};
+use super::{lock, log, platform, Connection, Options, Writer};
+
+/// Most connections that may be between "accepted" and "taken by
+/// [`Listener::accept`]" at once: reading their handshake, or waiting for
+/// the app (on Unix, half the soft limit of open files if that is lower).
+/// Beyond it, the oldest is dropped to make room for the newest, so
+/// accepting never stops. Bounds our memory (a socket, a small task and at
+/// most one handshake each) when peers connect and say nothing, or the app
+/// stops calling accept; high enough that hundreds of silent peers do not
+/// push out a bridge whose handshake is already on its way.
+///
+/// [`Listener::accept`]: super::Listener::accept
+pub const MAX_PENDING: usize = 1024;
+
+/// How long the accept loop pauses after a transient failure (such as
+/// running out of file descriptors) so it does not spin while it lasts.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// How many connections the accept loop takes in a row before it lets the
+/// other tasks on its thread run.
+const ACCEPTS_BEFORE_YIELD: u32 = 32;
+
+/// What the platform's accept produced.
+pub(super) enum Accepted {
+    /// A peer that passed the platform's checks (same user). Boxed: the
+    /// streams are large, and the other variants are common under attack.
+    Peer(Box<(platform::Reader, platform::Writer)>),
+    /// A peer that was refused and already dropped; the text says why.
+    Refused(String),
+    /// A failure that may heal (out of file descriptors, an aborted
+    /// connection); the loop logs it, pauses and carries on.
+    Retry(io::Error),
+}
+
+/// The tasks of the peers accepted but not yet taken by the app (reading
+/// their handshake, or waiting for [`Listener::accept`]), by accept order,
+/// so the oldest is the first one found. Dropping a task cancels it, which
+/// drops its peer; each task removes itself when it ends.
+///
+/// [`Listener::accept`]: super::Listener::accept
+type Pending = Mutex<BTreeMap<u64, Task<()>>>;
+
+/// Accepts peers for as long as the listener lives, reading each one's
+/// handshake in its own task so a slow peer holds up nobody else.
+///
+/// It never waits for a handshake before accepting the next peer: a silent
+/// peer must not keep a bridge that has already sent its handshake waiting
+/// in the kernel's backlog. Memory and descriptors are bounded by dropping
+/// the oldest pending peer instead (see [`MAX_PENDING`] and
+/// `platform::pending_limit`). Dropping the loop drops `pending`, which
+/// cancels every handshake still being read.
+pub(super) async fn accept_loop(
+    acceptor: platform::Acceptor,
+    options: Options,
+    ready: Sender<io::Result<Connection>>,
+) {
+    let most_pending = platform::pending_limit(MAX_PENDING);
+    let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
+    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK));
+    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK));
+    let mut outage: Option<Outage> = None;
+    let mut next_id: u64 = 0;
+    let mut accepted_in_a_row = 0u32;
+    loop {
+        // With connections always queued, accept never waits: a flood of them
+        // (refused ones included) would otherwise keep this loop from ever
+        // returning to the executor, stalling every task that shares it.
+        accepted_in_a_row += 1;
+        if accepted_in_a_row >= ACCEPTS_BEFORE_YIELD {
+            accepted_in_a_row = 0;
+            futures_lite::future::yield_now().await;
+        }
+        let accepted = acceptor.accept().await;
+        if !matches!(accepted, Ok(Accepted::Retry(_))) {
+            if let Some(outage) = outage.take() {
+                outage.ended();
+            }
+        }
+        let (reader, writer) = match accepted {
+            Ok(Accepted::Peer(streams)) => *streams,
+            Ok(Accepted::Refused(why)) => {
+                peer_log.line(format_args!("refused {}", why));
+                continue;
+            }
+            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Accepted::Retry(e)) if e.kind() == io::ErrorKind::ConnectionAborted => {
+                peer_log.line(format_args!(
+                    "a connection was closed by its peer before it could be accepted ({})",
+                    e
+                ));
+                continue;
+            }
+            Ok(Accepted::Retry(e)) => {
+                // Out of descriptors or memory: the connections stay in the kernel's
+                // queue meanwhile, and are accepted once it passes. Say so, once per
+                // outage, rather than a line per attempt.
+                match &mut outage {
+                    Some(outage) => outage.attempts += 1,
+                    None => outage = Some(Outage::began(e, &accept_log)),
+                }
+                Timer::after(RETRY_PAUSE).await;
+                continue;
+            }
+            Err(e) => {
+                log(format_args!("stopped accepting connections: {}", e));
+                let _ = ready.send(Err(e)).await;
+                return;
+            }
+        };
+        next_id += 1;
+        let id = next_id;
+        let work = take_handshake(reader, writer, options, ready.clone(), peer_log.clone());
+        let registry = Arc::downgrade(&pending);
+        let crowded = {
+            // Locked across the spawn, so the task cannot try to remove
+            // itself before it is in the map.
+            let mut peers = lock(&pending);
+            let task = smol::spawn(async move {
+                work.await;
+                forget(&registry, id);
+            });
+            peers.insert(id, task);
+            peers.len() > most_pending
+        };
+        if crowded && drop_oldest(&pending).await {
+            peer_log.line(format_args!(
+                "dropped a connection: more than {} were waiting for their handshake \
+                 or for the app, and it was the oldest",
+                most_pending
+            ));
+        }
+    }
+}
+
+/// A time in which accepting fails for a reason that may heal (out of file
+/// descriptors, say). Connections are not lost meanwhile: they wait in the
+/// kernel's queue, and are accepted once it passes, so the log says that,
+/// once when it begins and once when it ends.
+///
+/// The two lines of an outage go together: the first is limited like the
+/// lines about single peers (so outages that come and go quickly are
+/// counted, not each logged), and the second is written exactly when the
+/// first was.
+#[derive(Debug)]
+struct Outage {
+    began: Instant,
+    attempts: u64,
+    error: io::Error,
+    /// Whether its first line was written (not held back).
+    logged: bool,
+}
+
+impl Outage {
+    fn began(error: io::Error, log: &Arc<PeerLog>) -> Outage {
+        let logged = log.line(format_args!(
+            "cannot accept connections for now: {}; connections wait in the kernel's \
+             queue meanwhile, and accepting is tried again every {:?}",
+            error, RETRY_PAUSE
+        ));
+        Outage {
+            began: Instant::now(),
+            attempts: 1,
+            error,
+            logged,
+        }
+    }
+
+    fn ended(self) {
+        if self.logged {
+            log(format_args!(
+                "accepting connections again after {} failed attempt(s) in {:.1?} ({}): \
+                 the connections that waited meanwhile were delayed, not dropped",
+                self.attempts,
+                self.began.elapsed(),
+                self.error
+            ));
+        }
+    }
+}
+
+/// Removes a finished handshake task from the pending map.
+fn forget(registry: &Weak<Pending>, id: u64) {
+    if let Some(pending) = registry.upgrade() {
+        // The running task's own handle: let it finish on its own.
+        if let Some(task) = lock(&pending).remove(&id) {
+            task.detach();
+        }
+    }
+}
+
+/// Cancels the oldest pending peer's task and waits until it is gone (its
+/// socket closed); `false` if no peer is pending.
+async fn drop_oldest(pending: &Pending) -> bool {
+    let oldest = {
+        let mut peers = lock(pending);
+        let first = peers.keys().next().copied();
+        first.and_then(|id| peers.remove(&id))
+    };
+    match oldest {
+        Some(task) => {
+            task.cancel().await;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Reads one peer's handshake and hands the connection to the app.
+async fn take_handshake(
+    reader: platform::Reader,
+    writer: platform::Writer,
+    options: Options,
+    ready: Sender<io::Result<Connection>>,
+    peer_log: Arc<PeerLog>,
+) {
+    match read_handshake(reader, options.handshake_limit, options.handshake_timeout).await {
+        Ok((handshake, reader)) => {
+            let connection = Connection {
+                handshake,
+                reader,
+                writer: Writer(writer),
+            };
+            // Fails only when the listener is gone: the peer is then
+            // dropped, which is all there is left to do.
+            let _ = ready.send(Ok(connection)).await;
+        }
+        // Not worth a line: a liveness probe (such as another
+        // `Listener::bind` checking whether we are alive).
+        Err(HandshakeFailure::Probe) => {}
+        Err(failure) => {
+            peer_log.line(format_args!("dropped a connection: {}", failure));
+        }
+    }
+}
