@@ -317,6 +317,10 @@ impl Record {
     fn stop(&mut self) {
         self.active = false;
         self.line.clear();
+        // A long candidate that did not make it leaves no big buffer behind.
+        if self.line.capacity() > 64 * 1024 {
+            self.line = Vec::new();
+        }
     }
 }
 
@@ -1595,7 +1599,8 @@ mod tests {
 
     /// A 1 MiB string argument (a file's contents) passes in relay-sized
     /// chunks without the scanner holding more than its fixed buffers, and
-    /// a recorded method's line over the cap is dropped, not kept.
+    /// a recorded method's line over the cap is dropped, not kept (nor the
+    /// buffer it grew while it was a candidate).
     #[test]
     fn huge_lines_keep_memory_constant() {
         let content = "line \\\"quoted\\\" {not: [json]}\\n".repeat(34 * 1024);

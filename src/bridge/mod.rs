@@ -32,6 +32,8 @@ mod pending;
 mod plain;
 mod replay;
 mod session;
+#[cfg(test)]
+mod tests;
 
 pub use offline::HOLD_LIMIT;
 pub use session::{

@@ -104,6 +104,31 @@ pub const CRASH_LOOP_WINDOW: Duration = Duration::from_secs(60);
 /// the hour still gets its answers.
 pub const FAILED_LIMIT: Duration = Duration::from_secs(60 * 60);
 
+/// The bounds the session works within: the constants above, smaller in
+/// the session's tests.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    pub(super) reply_timeout: Duration,
+    pub(super) stayed_up: Duration,
+    pub(super) first_pause: Duration,
+    pub(super) pause_cap: Duration,
+    pub(super) crash_loop_limit: usize,
+    pub(super) crash_loop_window: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            reply_timeout: RESUME_REPLY_TIMEOUT,
+            stayed_up: STAYED_UP,
+            first_pause: FIRST_PAUSE,
+            pause_cap: PAUSE_CAP,
+            crash_loop_limit: CRASH_LOOP_LIMIT,
+            crash_loop_window: CRASH_LOOP_WINDOW,
+        }
+    }
+}
+
 /// Where the session is.
 enum Phase<AR, AW> {
     /// Waiting for the app the first time, within `--connect-timeout`.
@@ -170,6 +195,7 @@ pub(super) struct Session<'a, R, W, C> {
     hang_ups: VecDeque<Instant>,
     /// Attempts to reach the app so far, for the log.
     attempts: u32,
+    pub(super) bounds: Bounds,
 }
 
 impl<'a, R, W, C> Session<'a, R, W, C>
@@ -198,6 +224,7 @@ where
             down_tap: log.map(|log| log.tap(Direction::AppToCli)),
             hang_ups: VecDeque::new(),
             attempts: 0,
+            bounds: Bounds::default(),
         }
     }
 
@@ -224,7 +251,7 @@ where
         let attempt = attempt(&mut self.connector, self.attempts, self.config, self.log, false, budget);
         let held = hold_while(&mut self.client, &mut self.stdout, self.log, budget, attempt);
         Ok(match held.await? {
-            Held::Eof => self.end_on_eof(),
+            Held::Eof => self.end_on_eof().await?,
             Held::Done(Ok((reader, writer))) => Phase::Online(Connection {
                 reader,
                 writer,
@@ -251,9 +278,9 @@ where
             let paused = async_io::Timer::after(pause);
             let held = hold_while(&mut self.client, &mut self.stdout, self.log, grace, paused);
             if let Held::Eof = held.await? {
-                return Ok(self.end_on_eof());
+                return self.end_on_eof().await;
             }
-            outage.pause = (outage.pause * 2).min(PAUSE_CAP);
+            outage.pause = (outage.pause * 2).min(self.bounds.pause_cap);
             if let Some(log) = self.log {
                 let why = outage.last_failure.as_deref();
                 let why = why.unwrap_or("the app closed the connection");
@@ -264,7 +291,7 @@ where
             let (log, endpoint) = (self.log, self.config.endpoint.clone());
             self.attempts += 1;
             let connecting = attempt(&mut self.connector, self.attempts, self.config, log, true, left);
-            let reply_timeout = RESUME_REPLY_TIMEOUT.min(left);
+            let reply_timeout = self.bounds.reply_timeout.min(left);
             let attempt = async move {
                 let (mut reader, mut writer) = match connecting.await {
                     Ok(connection) => connection,
@@ -295,7 +322,7 @@ where
             };
             let held = hold_while(&mut self.client, &mut self.stdout, log, grace, attempt);
             match held.await? {
-                Held::Eof => return Ok(self.end_on_eof()),
+                Held::Eof => return self.end_on_eof().await,
                 Held::Done(Ok((reader, writer, resumed))) => {
                     if let Some(log) = log {
                         log.event(format_args!("replayed the session (initialize and what followed it)"));
@@ -336,15 +363,16 @@ where
 
     /// stdin ended while no app was relayed to: what is held gets its error,
     /// and the session is over.
-    fn end_on_eof(&mut self) -> Phase<C::Reader, C::Writer> {
+    async fn end_on_eof(&mut self) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         let drained = !self.client.holds_requests();
         self.client.refuse_held(
             "stdin closed before the app could be reached; the bridge has ended the session",
         );
+        self.write_owed().await?;
         if let Some(log) = self.log {
             log.stdin_eof();
         }
-        Phase::Done(Ending::ClientClosed { drained })
+        Ok(Phase::Done(Ending::ClientClosed { drained }))
     }
 
     /// Relays until the session or the connection ends.
@@ -498,15 +526,15 @@ where
         while self
             .hang_ups
             .front()
-            .map_or(false, |t| now.duration_since(*t) > CRASH_LOOP_WINDOW)
+            .map_or(false, |t| now.duration_since(*t) > self.bounds.crash_loop_window)
         {
             self.hang_ups.pop_front();
         }
-        if self.hang_ups.len() > CRASH_LOOP_LIMIT {
+        if self.hang_ups.len() > self.bounds.crash_loop_limit {
             return Ok(Phase::Failed(BridgeError::CrashLoop {
                 endpoint,
                 hang_ups: self.hang_ups.len(),
-                window: CRASH_LOOP_WINDOW,
+                window: self.bounds.crash_loop_window,
             }));
         }
         if self.client.replay.too_long {
@@ -520,12 +548,12 @@ where
         }
         let outage = match outage {
             // Back too briefly: the same outage goes on.
-            Some((outage, resumed)) if resumed.elapsed() < STAYED_UP => outage,
+            Some((outage, resumed)) if resumed.elapsed() < self.bounds.stayed_up => outage,
             _ => {
                 let recent = self.hang_ups.len().min(16) as u32;
                 Outage {
                     deadline: now + self.config.reconnect_timeout,
-                    pause: (FIRST_PAUSE * (1 << (recent - 1))).min(PAUSE_CAP),
+                    pause: (self.bounds.first_pause * (1 << (recent - 1))).min(self.bounds.pause_cap),
                     last_failure: None,
                 }
             }
