@@ -334,7 +334,10 @@ mod tests {
     fn a_batch_is_answered_per_request_in_one_array() {
         let line = br#" [{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}, {"id":"x,]","method":"b","params":[1,{"c":"]"}]}]
 "#;
-        assert_eq!(batch_requests(line), vec![b"1".to_vec(), b"\"x,]\"".to_vec()]);
+        assert_eq!(
+            batch_requests(line),
+            vec![b"1".to_vec(), b"\"x,]\"".to_vec()]
+        );
         let answer = batch_errors(line, "gone");
         let parsed: serde_json::Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(parsed[0]["id"], 1);

@@ -98,7 +98,10 @@ mod tests {
         pending.remove(b"\"a\"");
         pending.remove(b"99");
         assert_eq!(pending.len(), 3);
-        assert_eq!(pending.drain(), vec![b"1".to_vec(), b"3".to_vec(), b"4".to_vec()]);
+        assert_eq!(
+            pending.drain(),
+            vec![b"1".to_vec(), b"3".to_vec(), b"4".to_vec()]
+        );
         assert_eq!(pending.len(), 0);
         assert!(pending.drain().is_empty());
     }

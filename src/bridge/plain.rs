@@ -57,8 +57,7 @@ where
         }
         down.feed(chunk, |envelope| {
             lines += 1;
-            if lines == 1 && envelope.kind == Kind::ErrorResponse && envelope.id == Some(b"null")
-            {
+            if lines == 1 && envelope.kind == Kind::ErrorResponse && envelope.id == Some(b"null") {
                 let reason = envelope.error_message.unwrap_or("(no reason given)");
                 refusal = Some(reason.to_string());
             }

@@ -247,7 +247,11 @@ pub(super) async fn resume(
         }
         let capabilities =
             member(&reply.line, "result").and_then(|result| member(result, "capabilities"));
-        for (declared, list) in resumed.lists.iter_mut().zip(["tools", "prompts", "resources"]) {
+        for (declared, list) in resumed
+            .lists
+            .iter_mut()
+            .zip(["tools", "prompts", "resources"])
+        {
             *declared = capabilities.and_then(|c| member(c, list)).is_some();
         }
         if let Some(initialized) = &replay.initialized {
@@ -452,6 +456,9 @@ mod tests {
         assert_eq!(member(result, "listChanged"), None);
         assert_eq!(member(b"[1,2]", "a"), None);
         assert_eq!(member(b"{\"a\":", "a"), None);
-        assert_eq!(member(b" { \"a\" : [1, {\"b\":2}] , \"a\":3 } ", "a"), Some(&b"3"[..]));
+        assert_eq!(
+            member(b" { \"a\" : [1, {\"b\":2}] , \"a\":3 } ", "a"),
+            Some(&b"3"[..])
+        );
     }
 }

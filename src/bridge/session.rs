@@ -248,8 +248,21 @@ where
     async fn connecting(&mut self) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         let budget = self.config.connect_timeout;
         self.attempts += 1;
-        let attempt = attempt(&mut self.connector, self.attempts, self.config, self.log, false, budget);
-        let held = hold_while(&mut self.client, &mut self.stdout, self.log, budget, attempt);
+        let attempt = attempt(
+            &mut self.connector,
+            self.attempts,
+            self.config,
+            self.log,
+            false,
+            budget,
+        );
+        let held = hold_while(
+            &mut self.client,
+            &mut self.stdout,
+            self.log,
+            budget,
+            attempt,
+        );
         Ok(match held.await? {
             Held::Eof => self.end_on_eof().await?,
             Held::Done(Ok((reader, writer))) => Phase::Online(Connection {
@@ -290,7 +303,14 @@ where
             let snapshot = self.client.replay.clone();
             let (log, endpoint) = (self.log, self.config.endpoint.clone());
             self.attempts += 1;
-            let connecting = attempt(&mut self.connector, self.attempts, self.config, log, true, left);
+            let connecting = attempt(
+                &mut self.connector,
+                self.attempts,
+                self.config,
+                log,
+                true,
+                left,
+            );
             let reply_timeout = self.bounds.reply_timeout.min(left);
             let attempt = async move {
                 let (mut reader, mut writer) = match connecting.await {
@@ -325,7 +345,9 @@ where
                 Held::Eof => return self.end_on_eof().await,
                 Held::Done(Ok((reader, writer, resumed))) => {
                     if let Some(log) = log {
-                        log.event(format_args!("replayed the session (initialize and what followed it)"));
+                        log.event(format_args!(
+                            "replayed the session (initialize and what followed it)"
+                        ));
                     }
                     let notices = replay::list_changed_notifications(&resumed);
                     self.write_out(&notices).await?;
@@ -523,11 +545,9 @@ where
         }
         let now = Instant::now();
         self.hang_ups.push_back(now);
-        while self
-            .hang_ups
-            .front()
-            .map_or(false, |t| now.duration_since(*t) > self.bounds.crash_loop_window)
-        {
+        while self.hang_ups.front().map_or(false, |t| {
+            now.duration_since(*t) > self.bounds.crash_loop_window
+        }) {
             self.hang_ups.pop_front();
         }
         if self.hang_ups.len() > self.bounds.crash_loop_limit {
@@ -553,7 +573,8 @@ where
                 let recent = self.hang_ups.len().min(16) as u32;
                 Outage {
                     deadline: now + self.config.reconnect_timeout,
-                    pause: (self.bounds.first_pause * (1 << (recent - 1))).min(self.bounds.pause_cap),
+                    pause: (self.bounds.first_pause * (1 << (recent - 1)))
+                        .min(self.bounds.pause_cap),
                     last_failure: None,
                 }
             }

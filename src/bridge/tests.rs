@@ -69,7 +69,11 @@ impl App {
     async fn line(&mut self) -> Value {
         let mut line = String::new();
         within(self.reader.read_line(&mut line)).await.unwrap();
-        assert!(line.ends_with('\n'), "the app got no whole line: {:?}", line);
+        assert!(
+            line.ends_with('\n'),
+            "the app got no whole line: {:?}",
+            line
+        );
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{}: {:?}", e, line))
     }
 
@@ -255,34 +259,45 @@ fn run_with<T, F: Future<Output = T>>(
 
 #[test]
 fn a_failed_resume_attempt_is_retried_and_lists_are_announced_as_declared() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        let app = h.initialized(json!({"tools":{}})).await;
-        drop(app);
-        // An instance that takes the connection and dies on the replay (a
-        // dying app's backlog), then one that resets it, then a good one.
-        let mut dying = h.app().await;
-        assert_eq!(dying.line().await["method"], "initialize");
-        drop(dying);
-        h.open.set(false);
-        while h.attempts.get() < 4 {
-            future::yield_now().await;
-            async_io::Timer::after(Duration::from_millis(5)).await;
-        }
-        h.open.set(true);
-        let mut app = h.app().await;
-        app.accept_replay(json!({"tools":{},"prompts":{}}), 1).await;
-        // Once per resumed instance, for the lists it declares.
-        assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
-        assert_eq!(h.line().await["method"], "notifications/prompts/list_changed");
-        h.send(call(1)).await;
-        let request = app.line().await;
-        assert_eq!(request["id"], 1);
-        app.send(reply(&request["id"])).await;
-        assert_eq!(h.line().await["id"], 1);
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-        drop(app);
-    });
-    assert!(matches!(ended, Ok(Ending::ClientClosed { .. })), "{:?}", ended);
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let app = h.initialized(json!({"tools":{}})).await;
+            drop(app);
+            // An instance that takes the connection and dies on the replay (a
+            // dying app's backlog), then one that resets it, then a good one.
+            let mut dying = h.app().await;
+            assert_eq!(dying.line().await["method"], "initialize");
+            drop(dying);
+            h.open.set(false);
+            while h.attempts.get() < 4 {
+                future::yield_now().await;
+                async_io::Timer::after(Duration::from_millis(5)).await;
+            }
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({"tools":{},"prompts":{}}), 1).await;
+            // Once per resumed instance, for the lists it declares.
+            assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
+            assert_eq!(
+                h.line().await["method"],
+                "notifications/prompts/list_changed"
+            );
+            h.send(call(1)).await;
+            let request = app.line().await;
+            assert_eq!(request["id"], 1);
+            app.send(reply(&request["id"])).await;
+            assert_eq!(h.line().await["id"], 1);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+            drop(app);
+        },
+    );
+    assert!(
+        matches!(ended, Ok(Ending::ClientClosed { .. })),
+        "{:?}",
+        ended
+    );
 }
 
 #[test]
@@ -291,26 +306,33 @@ fn an_app_that_resumes_and_dies_again_is_a_crash_loop_and_stops_being_reconnecte
         crash_loop_limit: 4,
         ..quick()
     };
-    let (ended, notices) = run(bounds, |_| {}, |mut h| async move {
-        drop(h.initialized(json!({"tools":{}})).await);
-        let mut notices = 0;
-        for _ in 0..4 {
-            let mut app = h.app().await;
-            app.accept_replay(json!({"tools":{}}), 1).await;
-            assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
-            notices += 1;
-            drop(app);
-        }
-        // The fifth hang-up is one too many: every request gets the reason.
-        h.send(call(7)).await;
-        let answer = h.line().await;
-        assert_eq!(answer["id"], 7);
-        let message = answer["error"]["message"].as_str().unwrap().to_string();
-        assert!(message.contains("crash-looping"), "{}", message);
-        assert!(h.apps.try_recv().is_err(), "reconnected after the crash loop");
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-        notices
-    });
+    let (ended, notices) = run(
+        bounds,
+        |_| {},
+        |mut h| async move {
+            drop(h.initialized(json!({"tools":{}})).await);
+            let mut notices = 0;
+            for _ in 0..4 {
+                let mut app = h.app().await;
+                app.accept_replay(json!({"tools":{}}), 1).await;
+                assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
+                notices += 1;
+                drop(app);
+            }
+            // The fifth hang-up is one too many: every request gets the reason.
+            h.send(call(7)).await;
+            let answer = h.line().await;
+            assert_eq!(answer["id"], 7);
+            let message = answer["error"]["message"].as_str().unwrap().to_string();
+            assert!(message.contains("crash-looping"), "{}", message);
+            assert!(
+                h.apps.try_recv().is_err(),
+                "reconnected after the crash loop"
+            );
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+            notices
+        },
+    );
     assert_eq!(notices, 4);
     match ended {
         Err(BridgeError::CrashLoop { hang_ups: 5, .. }) => {}
@@ -338,7 +360,8 @@ fn an_outage_whose_instances_never_stay_up_fails_at_its_deadline_with_bounded_at
                         let _ = app.reader.read_line(&mut request).await;
                         if let Ok(request) = serde_json::from_str::<Value>(&request) {
                             let result = json!({"capabilities":{}});
-                            let answer = json!({"jsonrpc":"2.0","id":request["id"],"result":result});
+                            let answer =
+                                json!({"jsonrpc":"2.0","id":request["id"],"result":result});
                             let _ = app.try_send(answer).await;
                         }
                         drop(app);
@@ -353,165 +376,207 @@ fn an_outage_whose_instances_never_stay_up_fails_at_its_deadline_with_bounded_at
                 }
             };
             let message = answer["error"]["message"].as_str().unwrap();
-            assert!(message.contains("did not take the session back"), "{}", message);
+            assert!(
+                message.contains("did not take the session back"),
+                "{}",
+                message
+            );
             // 600 ms of pauses of 5..40 ms: a few dozen attempts, not
             // thousands.
             assert!(h.attempts.get() < 60, "{} attempts", h.attempts.get());
             assert_eq!(h.finish().await, Vec::<Value>::new());
         },
     );
-    assert!(matches!(ended, Err(BridgeError::Resume { .. })), "{:?}", ended);
+    assert!(
+        matches!(ended, Err(BridgeError::Resume { .. })),
+        "{:?}",
+        ended
+    );
 }
 
 #[test]
 fn held_requests_reach_an_app_that_answers_one_at_a_time_with_large_replies() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        drop(h.initialized(json!({})).await);
-        h.open.set(false);
-        // Well over the pipe's capacity held, each answered with 256 KiB.
-        let padding = "p".repeat(4096);
-        for id in 1..=40u64 {
-            let mut request = call(id);
-            request["params"]["padding"] = json!(padding);
-            h.send(request).await;
-        }
-        h.open.set(true);
-        let mut app = h.app().await;
-        app.accept_replay(json!({}), 1).await;
-        let big = "r".repeat(256 * 1024);
-        let serve = async {
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            drop(h.initialized(json!({})).await);
+            h.open.set(false);
+            // Well over the pipe's capacity held, each answered with 256 KiB.
+            let padding = "p".repeat(4096);
             for id in 1..=40u64 {
-                let request = app.line().await;
-                assert_eq!(request["id"], id);
-                let answer = json!({"jsonrpc":"2.0","id":id,"result":{"text":big}});
-                app.send(answer).await;
+                let mut request = call(id);
+                request["params"]["padding"] = json!(padding);
+                h.send(request).await;
             }
-        };
-        let read = async {
-            for id in 1..=40u64 {
-                let line = h.line().await;
-                assert_eq!(line["id"], id, "{}", &line.to_string()[..80]);
-            }
-            h.close_stdin();
-        };
-        future::zip(serve, read).await;
-    });
-    assert!(matches!(ended, Ok(Ending::ClientClosed { .. })), "{:?}", ended);
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            let big = "r".repeat(256 * 1024);
+            let serve = async {
+                for id in 1..=40u64 {
+                    let request = app.line().await;
+                    assert_eq!(request["id"], id);
+                    let answer = json!({"jsonrpc":"2.0","id":id,"result":{"text":big}});
+                    app.send(answer).await;
+                }
+            };
+            let read = async {
+                for id in 1..=40u64 {
+                    let line = h.line().await;
+                    assert_eq!(line["id"], id, "{}", &line.to_string()[..80]);
+                }
+                h.close_stdin();
+            };
+            future::zip(serve, read).await;
+        },
+    );
+    assert!(
+        matches!(ended, Ok(Ending::ClientClosed { .. })),
+        "{:?}",
+        ended
+    );
 }
 
 #[test]
 fn no_fragment_of_an_interrupted_line_reaches_the_next_app() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        let mut app = h.initialized(json!({})).await;
-        h.send_raw(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"a":"#)
-            .await;
-        let mut start = [0u8; 8];
-        app.reader.read_exact(&mut start).await.unwrap();
-        drop(app);
-        h.open.set(false);
-        h.send_raw(b"\"tail-of-5\"}}\n").await;
-        let error = h.line().await;
-        assert_eq!(error["id"], 5);
-        let message = error["error"]["message"].as_str().unwrap();
-        assert!(message.contains("while this request was being sent"), "{}", message);
-        h.send(call(6)).await;
-        h.open.set(true);
-        let mut app = h.app().await;
-        app.accept_replay(json!({}), 1).await;
-        let next = app.line().await;
-        assert_eq!(next["id"], 6, "{}", next);
-        app.send(reply(&next["id"])).await;
-        assert_eq!(h.line().await["id"], 6);
-        // A second restart: the first request held in it goes through.
-        drop(app);
-        h.send(call(7)).await;
-        let mut app = h.app().await;
-        app.accept_replay(json!({}), 1).await;
-        let next = app.line().await;
-        assert_eq!(next["id"], 7, "{}", next);
-        app.send(reply(&next["id"])).await;
-        let answer = h.line().await;
-        assert_eq!(answer["id"], 7);
-        assert!(answer.get("result").is_some(), "{}", answer);
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-    });
-    assert!(matches!(ended, Ok(Ending::ClientClosed { .. })), "{:?}", ended);
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({})).await;
+            h.send_raw(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"a":"#)
+                .await;
+            let mut start = [0u8; 8];
+            app.reader.read_exact(&mut start).await.unwrap();
+            drop(app);
+            h.open.set(false);
+            h.send_raw(b"\"tail-of-5\"}}\n").await;
+            let error = h.line().await;
+            assert_eq!(error["id"], 5);
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("while this request was being sent"),
+                "{}",
+                message
+            );
+            h.send(call(6)).await;
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            let next = app.line().await;
+            assert_eq!(next["id"], 6, "{}", next);
+            app.send(reply(&next["id"])).await;
+            assert_eq!(h.line().await["id"], 6);
+            // A second restart: the first request held in it goes through.
+            drop(app);
+            h.send(call(7)).await;
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            let next = app.line().await;
+            assert_eq!(next["id"], 7, "{}", next);
+            app.send(reply(&next["id"])).await;
+            let answer = h.line().await;
+            assert_eq!(answer["id"], 7);
+            assert!(answer.get("result").is_some(), "{}", answer);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
+    assert!(
+        matches!(ended, Ok(Ending::ClientClosed { .. })),
+        "{:?}",
+        ended
+    );
 }
 
 #[test]
 fn a_line_over_the_hold_limit_is_answered_at_once_and_none_of_it_is_delivered() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        let app = h.initialized(json!({})).await;
-        h.open.set(false);
-        drop(app);
-        let mut big = call(9);
-        big["params"]["blob"] = json!("b".repeat(HOLD_LIMIT));
-        let line = format!("{}\n", big);
-        // The error comes while the app is still away.
-        let (_, error) = future::zip(h.stdin.as_mut().unwrap().write_all(line.as_bytes()), async {
-            let mut text = String::new();
-            within(h.stdout.read_line(&mut text)).await.unwrap();
-            serde_json::from_str::<Value>(&text).unwrap()
-        })
-        .await;
-        assert_eq!(error["id"], 9);
-        assert!(error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot hold more than"));
-        h.send(call(10)).await;
-        h.open.set(true);
-        let mut app = h.app().await;
-        app.accept_replay(json!({}), 1).await;
-        assert_eq!(app.line().await["id"], 10);
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-    });
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let app = h.initialized(json!({})).await;
+            h.open.set(false);
+            drop(app);
+            let mut big = call(9);
+            big["params"]["blob"] = json!("b".repeat(HOLD_LIMIT));
+            let line = format!("{}\n", big);
+            // The error comes while the app is still away.
+            let (_, error) = future::zip(
+                h.stdin.as_mut().unwrap().write_all(line.as_bytes()),
+                async {
+                    let mut text = String::new();
+                    within(h.stdout.read_line(&mut text)).await.unwrap();
+                    serde_json::from_str::<Value>(&text).unwrap()
+                },
+            )
+            .await;
+            assert_eq!(error["id"], 9);
+            assert!(error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot hold more than"));
+            h.send(call(10)).await;
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            assert_eq!(app.line().await["id"], 10);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
     assert!(ended.is_ok(), "{:?}", ended);
 }
 
 #[test]
 fn the_replay_is_the_accepted_session_net_of_unsubscribes() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        // A rejected initialize, then the retry the app accepts.
-        h.send(initialize(0, "first")).await;
-        let mut app = h.app().await;
-        app.line().await;
-        app.send(json!({"jsonrpc":"2.0","id":0,"error":{"code":-32602,"message":"no"}}))
-            .await;
-        h.line().await;
-        h.send(initialize(1, "second")).await;
-        app.line().await;
-        app.send(json!({"jsonrpc":"2.0","id":1,"result":{"capabilities":{"resources":{}}}}))
-            .await;
-        h.line().await;
-        h.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-            .await;
-        app.line().await;
-        let requests = [
-            json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}),
-            json!({"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"a://x"}}),
-            json!({"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"b://y"}}),
-            json!({"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"a://x"}}),
-        ];
-        for request in requests {
-            h.send(request).await;
-            let seen = app.line().await;
-            app.send(reply(&seen["id"])).await;
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            // A rejected initialize, then the retry the app accepts.
+            h.send(initialize(0, "first")).await;
+            let mut app = h.app().await;
+            app.line().await;
+            app.send(json!({"jsonrpc":"2.0","id":0,"error":{"code":-32602,"message":"no"}}))
+                .await;
             h.line().await;
-        }
-        drop(app);
-        let mut app = h.app().await;
-        let replayed = app.accept_replay(json!({"resources":{}}), 3).await;
-        assert_eq!(replayed[0]["params"]["clientInfo"]["name"], "second");
-        assert_eq!(replayed[1]["method"], "logging/setLevel");
-        assert_eq!(replayed[2]["method"], "resources/subscribe");
-        assert_eq!(replayed[2]["params"]["uri"], "b://y");
-        // Resources only: the new instance declares no tools.
-        assert_eq!(h.line().await["method"], "notifications/resources/list_changed");
-        h.send(call(6)).await;
-        assert_eq!(app.line().await["id"], 6);
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-    });
+            h.send(initialize(1, "second")).await;
+            app.line().await;
+            app.send(json!({"jsonrpc":"2.0","id":1,"result":{"capabilities":{"resources":{}}}}))
+                .await;
+            h.line().await;
+            h.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+                .await;
+            app.line().await;
+            let requests = [
+                json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}),
+                json!({"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"a://x"}}),
+                json!({"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"b://y"}}),
+                json!({"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"a://x"}}),
+            ];
+            for request in requests {
+                h.send(request).await;
+                let seen = app.line().await;
+                app.send(reply(&seen["id"])).await;
+                h.line().await;
+            }
+            drop(app);
+            let mut app = h.app().await;
+            let replayed = app.accept_replay(json!({"resources":{}}), 3).await;
+            assert_eq!(replayed[0]["params"]["clientInfo"]["name"], "second");
+            assert_eq!(replayed[1]["method"], "logging/setLevel");
+            assert_eq!(replayed[2]["method"], "resources/subscribe");
+            assert_eq!(replayed[2]["params"]["uri"], "b://y");
+            // Resources only: the new instance declares no tools.
+            assert_eq!(
+                h.line().await["method"],
+                "notifications/resources/list_changed"
+            );
+            h.send(call(6)).await;
+            assert_eq!(app.line().await["id"], 6);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
     assert!(ended.is_ok(), "{:?}", ended);
 }
 
@@ -539,60 +604,77 @@ fn stdin_eof_during_an_outage_ends_within_the_drain_grace_after_answering_what_i
 
 #[test]
 fn a_cancelled_request_is_not_answered_by_the_bridge_at_a_restart() {
-    let (ended, ()) = run(quick(), |_| {}, |mut h| async move {
-        let mut app = h.initialized(json!({"tools":{}})).await;
-        h.send(call(2)).await;
-        h.send(call(3)).await;
-        h.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}))
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({"tools":{}})).await;
+            h.send(call(2)).await;
+            h.send(call(3)).await;
+            h.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}))
             .await;
-        for _ in 0..3 {
-            app.line().await;
-        }
-        drop(app);
-        let error = h.line().await;
-        assert_eq!(error["id"], 3, "{}", error);
-        let mut app = h.app().await;
-        app.accept_replay(json!({"tools":{}}), 1).await;
-        assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
-        h.send(call(4)).await;
-        let request = app.line().await;
-        app.send(reply(&request["id"])).await;
-        assert_eq!(h.line().await["id"], 4);
-        assert_eq!(h.finish().await, Vec::<Value>::new());
-    });
+            for _ in 0..3 {
+                app.line().await;
+            }
+            drop(app);
+            let error = h.line().await;
+            assert_eq!(error["id"], 3, "{}", error);
+            let mut app = h.app().await;
+            app.accept_replay(json!({"tools":{}}), 1).await;
+            assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
+            h.send(call(4)).await;
+            let request = app.line().await;
+            app.send(reply(&request["id"])).await;
+            assert_eq!(h.line().await["id"], 4);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
     assert!(ended.is_ok(), "{:?}", ended);
 }
 
 #[test]
 fn every_request_is_answered_when_the_app_cannot_be_reached() {
     let long_id = format!("\"{}\"", "i".repeat(5000));
-    let (ended, ()) = run_with(false, quick(), |_| {}, |mut h| {
-        let long_id = long_id.clone();
-        async move {
-            // A batch: one array with an answer per request in it.
-            h.send_raw(
+    let (ended, ()) = run_with(
+        false,
+        quick(),
+        |_| {},
+        |mut h| {
+            let long_id = long_id.clone();
+            async move {
+                // A batch: one array with an answer per request in it.
+                h.send_raw(
                 b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"method\":\"n\"},{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"c\"}]\n",
             )
             .await;
-            let batch = h.line().await;
-            assert_eq!(batch.as_array().unwrap().len(), 2, "{}", batch);
-            assert_eq!(batch[0]["id"], 1);
-            assert_eq!(batch[1]["id"], "b");
-            // A BOM, CRLF, and an id of any length.
-            h.send_raw(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"a\"}\r\n")
-                .await;
-            assert_eq!(h.line().await["id"], 2);
-            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"a\"}}\n", long_id);
-            h.send_raw(line.as_bytes()).await;
-            let mut text = String::new();
-            within(h.stdout.read_line(&mut text)).await.unwrap();
-            assert!(text.contains(&format!("\"id\":{},", long_id)));
-            // A batch of notifications only gets no answer.
-            h.send_raw(b"[{\"jsonrpc\":\"2.0\",\"method\":\"n\"}]\n").await;
-            h.send(call(3)).await;
-            assert_eq!(h.line().await["id"], 3);
-            assert_eq!(h.finish().await, Vec::<Value>::new());
-        }
-    });
-    assert!(matches!(ended, Err(BridgeError::Handshake { .. })), "{:?}", ended);
+                let batch = h.line().await;
+                assert_eq!(batch.as_array().unwrap().len(), 2, "{}", batch);
+                assert_eq!(batch[0]["id"], 1);
+                assert_eq!(batch[1]["id"], "b");
+                // A BOM, CRLF, and an id of any length.
+                h.send_raw(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"a\"}\r\n")
+                    .await;
+                assert_eq!(h.line().await["id"], 2);
+                let line = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"a\"}}\n",
+                    long_id
+                );
+                h.send_raw(line.as_bytes()).await;
+                let mut text = String::new();
+                within(h.stdout.read_line(&mut text)).await.unwrap();
+                assert!(text.contains(&format!("\"id\":{},", long_id)));
+                // A batch of notifications only gets no answer.
+                h.send_raw(b"[{\"jsonrpc\":\"2.0\",\"method\":\"n\"}]\n")
+                    .await;
+                h.send(call(3)).await;
+                assert_eq!(h.line().await["id"], 3);
+                assert_eq!(h.finish().await, Vec::<Value>::new());
+            }
+        },
+    );
+    assert!(
+        matches!(ended, Err(BridgeError::Handshake { .. })),
+        "{:?}",
+        ended
+    );
 }
