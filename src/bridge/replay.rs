@@ -239,7 +239,7 @@ pub(super) async fn resume(
         if reply.kind == Kind::ErrorResponse {
             let message = member(&reply.line, "error")
                 .and_then(|error| member(error, "message"))
-                .map_or_else(|| "(no message)".into(), |m| json_text(m));
+                .map_or_else(|| "(no message)".into(), json_text);
             return Err(ResumeFailure {
                 reason: format!("the app rejected the replayed initialize: {}", message),
                 rejected: true,
