@@ -4,7 +4,7 @@
 //! This is the job an MCP CLI spawns us for, with no business logic: the
 //! bridge connects to the app's endpoint (waiting, boundedly, for an app
 //! that is starting), checks that the app runs as our user
-//! ([`endpoint::verify_server`](crate::endpoint::verify_server)), writes the
+//! ([`endpoint::verify_server`]), writes the
 //! [`handshake`](crate::handshake) line, and hands both byte streams to the
 //! [`relay`](crate::relay), which forwards every byte unchanged and at once.
 //! It reads each message's JSON-RPC envelope as it passes (never changing a
@@ -100,7 +100,7 @@ pub struct Config {
     /// A user besides our own (and root, on Unix) whose server is trusted
     /// at the endpoint, for an app that serves from another account on
     /// purpose. Default: none. See
-    /// [`endpoint::verify_server`](crate::endpoint::verify_server).
+    /// [`endpoint::verify_server`].
     pub trusted_server: Option<ServerUser>,
     /// Whether the session survives the app: wait for an app that is not
     /// there yet, answer requests with errors when it cannot be reached or
