@@ -32,6 +32,7 @@ mod pending;
 mod plain;
 mod replay;
 mod session;
+mod stale;
 #[cfg(test)]
 mod tests;
 

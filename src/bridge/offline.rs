@@ -8,12 +8,14 @@
 //! owed its error the moment its line ends. The session writes what is
 //! owed at once, with stdout's backpressure.
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use futures_lite::io::{AsyncRead, AsyncReadExt};
 
 use super::pending::Pending;
 use super::replay::{Replay, RECORDED};
+use super::stale::AppRequests;
 use super::{BridgeError, ERROR_CODE};
 use crate::envelope::{self, Envelope, Kind, Scanner};
 use crate::relay::{self, BUFFER_SIZE};
@@ -67,6 +69,8 @@ pub(super) struct Client<R> {
     pub(super) replay: Replay,
     /// When stdin ended, if it has.
     pub(super) eof: Option<Instant>,
+    /// The app's requests to the client, open and stale.
+    pub(super) app_requests: RefCell<AppRequests>,
 }
 
 impl<R: AsyncRead + Unpin> Client<R> {
@@ -83,6 +87,7 @@ impl<R: AsyncRead + Unpin> Client<R> {
             owed: Vec::new(),
             replay: Replay::default(),
             eof: None,
+            app_requests: RefCell::default(),
         }
     }
 
@@ -199,6 +204,13 @@ impl<R: AsyncRead + Unpin> Client<R> {
     /// The current line has ended: hold its id, or answer it.
     fn line_done(&mut self, envelope: Owned, next: &LineFate) {
         let fate = std::mem::replace(&mut self.line, next.clone());
+        if let (Kind::Response | Kind::ErrorResponse, Some(id)) = (envelope.kind, &envelope.id) {
+            let stale = self.app_requests.get_mut().client_replied(id);
+            if stale && fate == LineFate::Hold {
+                // A reply to an app instance that is gone: not for the next.
+                self.held.truncate(self.line_start);
+            }
+        }
         self.line_start = self.held.len();
         let batch = self.batch.take();
         let message = match fate {

@@ -66,6 +66,7 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Curso
 use super::offline::{Client, LineFate, HOLD_LIMIT};
 use super::pending::Pending;
 use super::replay::{self, member};
+use super::stale::Filtered;
 use super::{BridgeError, Config, Connector, ERROR_CODE};
 use crate::envelope::{self, Kind, Scanner};
 use crate::relay::{self, Ending, Stage};
@@ -431,6 +432,7 @@ where
         let mut lines = 0u64;
         let mut refusal: Option<String> = None;
         let up_scanner = &mut client.up;
+        let app_requests = &client.app_requests;
         let up = |chunk: &[u8]| {
             if let Some(tap) = up_tap.as_mut() {
                 tap.feed(chunk);
@@ -445,6 +447,11 @@ where
                         pending.borrow_mut().insert(id);
                     }
                     replay.borrow_mut().client_sent(&envelope);
+                }
+                Kind::Response | Kind::ErrorResponse => {
+                    if let Some(id) = envelope.id {
+                        app_requests.borrow_mut().client_replied(id);
+                    }
                 }
                 Kind::Notification if envelope.method == Some("notifications/cancelled") => {
                     let cancelled = envelope
@@ -469,15 +476,18 @@ where
                     let reason = envelope.error_message.unwrap_or("(no reason given)");
                     refusal = Some(reason.to_string());
                 }
-                if let (Kind::Response | Kind::ErrorResponse, Some(id)) =
-                    (envelope.kind, envelope.id)
-                {
-                    pending.borrow_mut().remove(id);
-                    replay.borrow_mut().app_replied(envelope.kind, id);
+                match (envelope.kind, envelope.id) {
+                    (Kind::Response | Kind::ErrorResponse, Some(id)) => {
+                        pending.borrow_mut().remove(id);
+                        replay.borrow_mut().app_replied(envelope.kind, id);
+                    }
+                    (Kind::Request, Some(id)) => app_requests.borrow_mut().app_asked(id),
+                    _ => {}
                 }
             });
         };
-        let client_in = Cursor::new(held).chain(&mut client.stdin);
+        let filtered = Filtered::new(&mut client.stdin, app_requests);
+        let client_in = Cursor::new(held).chain(filtered);
         let app_in = Cursor::new(forward).chain(reader);
         let relayed = relay::relay_watched(
             client_in,
@@ -539,6 +549,7 @@ where
              reconnecting)",
         )
         .await?;
+        self.client.app_requests.get_mut().hung_up();
         if self.client.up.mid_line() {
             // The start of this line went to the app that closed.
             self.client.line = LineFate::Interrupted;

@@ -678,3 +678,46 @@ fn every_request_is_answered_when_the_app_cannot_be_reached() {
         ended
     );
 }
+
+#[test]
+fn a_client_reply_to_a_gone_instance_never_reaches_the_next_one() {
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({})).await;
+            for id in ["e1", "e2"] {
+                app.send(
+                    json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{}}),
+                )
+                .await;
+                assert_eq!(h.line().await["id"], id);
+            }
+            drop(app);
+            h.open.set(false);
+            // Answered while the app is away: dropped, not held.
+            h.send(json!({"jsonrpc":"2.0","id":"e1","result":{"action":"accept"}}))
+                .await;
+            h.send(call(5)).await;
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            assert_eq!(app.line().await["id"], 5);
+            // Answered once the new instance is there: dropped too; the new
+            // instance's own request is answered.
+            app.send(json!({"jsonrpc":"2.0","id":"e9","method":"roots/list"}))
+                .await;
+            assert_eq!(h.line().await["id"], "e9");
+            h.send(json!({"jsonrpc":"2.0","id":"e2","result":{"action":"decline"}}))
+                .await;
+            h.send(json!({"jsonrpc":"2.0","id":"e9","result":{"roots":[]}}))
+                .await;
+            h.send(call(6)).await;
+            let next = app.line().await;
+            assert_eq!(next["id"], "e9", "{}", next);
+            assert_eq!(app.line().await["id"], 6);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
+    assert!(ended.is_ok(), "{:?}", ended);
+}
