@@ -34,7 +34,9 @@
 //! What *is* checked is what the relay acts on: the line is one JSON object
 //! followed only by whitespace, the `id` is a valid JSON string, number or
 //! null (it is echoed back byte for byte in error responses, which must be
-//! valid JSON), and the `method` is a string. Anything else (a batch array,
+//! valid JSON), and the `method` is a string. A UTF-8 byte order mark at the
+//! very start of a line is skipped (some Windows tools write one). Anything
+//! else (a batch array,
 //! an empty line, text, a second object) is [`Kind::Other`]: passed on,
 //! not tracked.
 
@@ -1465,7 +1467,7 @@ mod tests {
             stream.extend_from_slice(case.0);
             stream.extend_from_slice(if n % 3 == 0 { b"\r\n" } else { b"\n" });
         }
-        let long_id = format!(r#"{{"id":"{}","method":"initialize"}}"#, "i".repeat(ID_CAP));
+        let long_id = format!(r#"{{"id":"{}","method":"initialize"}}"#, "i".repeat(300));
         let long_text = "\\\"t{}".repeat(300);
         for line in [
             long_id,

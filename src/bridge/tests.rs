@@ -721,3 +721,25 @@ fn a_client_reply_to_a_gone_instance_never_reaches_the_next_one() {
     );
     assert!(ended.is_ok(), "{:?}", ended);
 }
+
+/// The session's own errors follow the crate's error rule: each layer says
+/// its own thing, and the step that failed is named.
+#[test]
+fn new_failures_name_their_step_and_say_nothing_twice() {
+    let endpoint = std::path::PathBuf::from("/run/app.sock");
+    let held = BridgeError::DeliverHeld {
+        endpoint: endpoint.clone(),
+        source: io::ErrorKind::InvalidInput.into(),
+    };
+    let chain = crate::error_chain(&held);
+    assert!(chain.contains("sending it the messages held meanwhile failed"), "{}", chain);
+    assert!(!chain.contains("handshake"), "{}", chain);
+    let crash = BridgeError::CrashLoop {
+        endpoint,
+        hang_ups: 11,
+        window: Duration::from_secs(60),
+    };
+    let chain = crate::error_chain(&crash);
+    assert!(chain.contains("crash-looping: it closed the connection 11 times within 60s"));
+    assert!(std::error::Error::source(&crash).is_none());
+}
