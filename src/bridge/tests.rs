@@ -732,7 +732,11 @@ fn new_failures_name_their_step_and_say_nothing_twice() {
         source: io::ErrorKind::InvalidInput.into(),
     };
     let chain = crate::error_chain(&held);
-    assert!(chain.contains("sending it the messages held meanwhile failed"), "{}", chain);
+    assert!(
+        chain.contains("sending it the messages held meanwhile failed"),
+        "{}",
+        chain
+    );
     assert!(!chain.contains("handshake"), "{}", chain);
     let crash = BridgeError::CrashLoop {
         endpoint,
