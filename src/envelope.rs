@@ -34,17 +34,22 @@
 //! What *is* checked is what the relay acts on: the line is one JSON object
 //! followed only by whitespace, the `id` is a valid JSON string, number or
 //! null (it is echoed back byte for byte in error responses, which must be
-//! valid JSON), and the `method` is a string. Anything else (a batch array,
+//! valid JSON), and the `method` is a string. A UTF-8 byte order mark at the
+//! very start of a line is skipped (some Windows tools write one). Anything
+//! else (a batch array,
 //! an empty line, text, a second object) is [`Kind::Other`]: passed on,
 //! not tracked.
 
 use std::str;
 
 /// Longest `id` captured, in raw bytes as written (quotes and escapes
-/// included). Clients use small integers or UUID-like strings; 256 leaves
-/// room for any sane id while bounding what a pending-request table holds.
-/// A longer id leaves the line's kind intact but [`Envelope::id`] `None`.
-pub(crate) const ID_CAP: usize = 256;
+/// included). Clients use small integers or UUID-like strings, but the
+/// bridge owes every request an answer under its own id, whatever its
+/// length, so the cap is the most the bridge ever holds of a client's
+/// messages (1 MiB, the bridge's hold limit): the buffer grows only as far
+/// as an id actually goes. A longer id leaves the line's kind intact but
+/// [`Envelope::id`] `None`.
+pub(crate) const ID_CAP: usize = 1024 * 1024;
 
 /// Longest `method` captured, in raw bytes between its quotes. MCP methods
 /// are plain ASCII names under 40 bytes
@@ -58,10 +63,11 @@ pub(crate) const METHOD_CAP: usize = 256;
 pub(crate) const MESSAGE_CAP: usize = 1024;
 
 /// Longest line recorded for replay by [`Scanner::recording`], final `\n`
-/// included. An `initialize` request with every client capability is a few
-/// KiB; 64 KiB is room to spare, and the most a recording scanner copies
-/// of any line.
-pub(crate) const RECORD_CAP: usize = 64 * 1024;
+/// included: the bridge's hold limit (1 MiB), so an `initialize` the
+/// bridge could hold is one it can replay. An `initialize` request with
+/// every client capability is a few KiB; the buffer grows only as far as a
+/// recorded line goes.
+pub(crate) const RECORD_CAP: usize = 1024 * 1024;
 
 /// Longest key compared with the members the scanner looks for, in raw
 /// bytes: `"message"` with every letter `\u`-escaped is 42.
@@ -132,19 +138,49 @@ impl Envelope<'_> {
 /// A JSON-RPC error response line for a request whose id was `raw_id`
 /// (written exactly as given, so the client matches it byte for byte):
 /// `{"jsonrpc":"2.0","id":<raw_id>,"error":{"code":<code>,"message":"…"}}\n`,
-/// the message escaped by `serde_json`, so it always stays one line.
+/// the message escaped (see [`push_json_string`]), so it always stays one
+/// line. Written by hand: the bridge-only build has no JSON library.
 pub(crate) fn error_response_line(raw_id: &[u8], code: i64, message: &str) -> Vec<u8> {
-    let message = serde_json::Value::from(message).to_string();
-    let code = code.to_string();
     let mut line = Vec::with_capacity(64 + raw_id.len() + message.len());
-    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    line.extend_from_slice(raw_id);
-    line.extend_from_slice(b",\"error\":{\"code\":");
-    line.extend_from_slice(code.as_bytes());
-    line.extend_from_slice(b",\"message\":");
-    line.extend_from_slice(message.as_bytes());
-    line.extend_from_slice(b"}}\n");
+    push_error_response(&mut line, raw_id, code, message);
+    line.push(b'\n');
     line
+}
+
+/// Appends the error response object of [`error_response_line`], without
+/// the `\n` (a batch's answer puts several in one array).
+pub(crate) fn push_error_response(out: &mut Vec<u8>, raw_id: &[u8], code: i64, message: &str) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(raw_id);
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    out.extend_from_slice(code.to_string().as_bytes());
+    out.extend_from_slice(b",\"message\":");
+    push_json_string(out, message);
+    out.extend_from_slice(b"}}");
+}
+
+/// Appends `text` as a JSON string: `"` and `\\` escaped, control
+/// characters as `\n`, `\r`, `\t` or `\u00XX`, everything else (UTF-8
+/// included) as it is, which is what JSON allows.
+pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for &b in text.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
 }
 
 /// Which object's members are being read: the line's own, or its `error`.
@@ -169,6 +205,9 @@ enum Text {
 enum State {
     /// Whitespace before the top-level `{`.
     LineStart,
+    /// Inside a UTF-8 byte order mark at the very start of a line, this
+    /// many of its three bytes seen (some Windows tools write one).
+    Bom(u8),
     /// After `{`: a key or `}`.
     FirstKey(Level),
     /// After `,`: a key.
@@ -224,7 +263,8 @@ struct Capture {
 impl Capture {
     fn new(cap: usize) -> Capture {
         Capture {
-            bytes: Vec::with_capacity(cap),
+            // Grown on demand: most values are a few bytes.
+            bytes: Vec::with_capacity(cap.min(64)),
             cap,
             over: false,
         }
@@ -279,6 +319,10 @@ impl Record {
     fn stop(&mut self) {
         self.active = false;
         self.line.clear();
+        // A long candidate that did not make it leaves no big buffer behind.
+        if self.line.capacity() > 64 * 1024 {
+            self.line = Vec::new();
+        }
     }
 }
 
@@ -365,7 +409,7 @@ impl Scanner {
         let mut scanner = Scanner::new();
         scanner.record = Some(Record {
             methods,
-            line: Vec::with_capacity(RECORD_CAP),
+            line: Vec::new(),
             active: true,
         });
         scanner
@@ -443,7 +487,18 @@ impl Scanner {
                 State::LineStart => {
                     match b {
                         b'{' => self.state = State::FirstKey(Level::Top),
+                        0xEF if self.len == 0 && i == self.line_from => self.state = State::Bom(1),
                         b' ' | b'\t' | b'\r' => {}
+                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        _ => self.bad(),
+                    }
+                    i += 1;
+                }
+                State::Bom(seen) => {
+                    const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+                    match b {
+                        _ if b == BOM[seen as usize] && seen == 2 => self.state = State::LineStart,
+                        _ if b == BOM[seen as usize] => self.state = State::Bom(seen + 1),
                         b'\n' => self.end_line(chunk, i, &mut on_line),
                         _ => self.bad(),
                     }
@@ -1412,7 +1467,7 @@ mod tests {
             stream.extend_from_slice(case.0);
             stream.extend_from_slice(if n % 3 == 0 { b"\r\n" } else { b"\n" });
         }
-        let long_id = format!(r#"{{"id":"{}","method":"initialize"}}"#, "i".repeat(ID_CAP));
+        let long_id = format!(r#"{{"id":"{}","method":"initialize"}}"#, "i".repeat(300));
         let long_text = "\\\"t{}".repeat(300);
         for line in [
             long_id,
@@ -1546,7 +1601,8 @@ mod tests {
 
     /// A 1 MiB string argument (a file's contents) passes in relay-sized
     /// chunks without the scanner holding more than its fixed buffers, and
-    /// a recorded method's line over the cap is dropped, not kept.
+    /// a recorded method's line over the cap is dropped, not kept (nor the
+    /// buffer it grew while it was a candidate).
     #[test]
     fn huge_lines_keep_memory_constant() {
         let content = "line \\\"quoted\\\" {not: [json]}\\n".repeat(34 * 1024);

@@ -36,6 +36,9 @@ enum Manner {
     HangUp,
     /// Sends a refusal line (`"id":null` error), then closes.
     Refuse,
+    /// Answers `initialize`, then closes the connection as soon as the
+    /// client says `notifications/initialized`: a crash-looping app.
+    CrashLoop,
 }
 
 /// An MCP-shaped app listening at a socket.
@@ -68,11 +71,14 @@ impl App {
                             let _ = writer.write_all(refusal.as_bytes()).await;
                             return;
                         }
-                        Manner::Serve => {}
+                        Manner::Serve | Manner::CrashLoop => {}
                     }
                     let mut lines = BufReader::new(connection.reader).lines();
                     while let Some(Ok(line)) = lines.next().await {
                         seen.lock().unwrap().connections[number].push(line.clone());
+                        if manner == Manner::CrashLoop && line.contains("notifications/initialized") {
+                            return;
+                        }
                         if let Some(reply) = answer(&line) {
                             let mut bytes = reply.to_string().into_bytes();
                             bytes.push(b'\n');
@@ -112,7 +118,11 @@ fn answer(line: &str) -> Option<Value> {
         }
         "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
         "tools/call" => {
-            json!({"content": [{"type": "text", "text": request["params"]["arguments"]["text"]}]})
+            let mut text = request["params"]["arguments"]["text"].clone();
+            if text == "big" {
+                text = json!("b".repeat(1024 * 1024));
+            }
+            json!({"content": [{"type": "text", "text": text}]})
         }
         "slow/never" => return None,
         _ => json!({}),
@@ -187,6 +197,341 @@ impl Bridge {
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+}
+
+/// How many times in a row each restart test goes through a restart.
+const ROUNDS: usize = 20;
+
+/// Set (to a socket path) in a host *process* this binary starts: see
+/// [`host_process`].
+const HOST_ENV: &str = "MCP_BRIDGE_SURVIVE_HOST";
+
+/// Lines a host process writes on stdout for the test to wait on.
+const HOST_READY: &str = "survive-host: ready";
+const HOST_GOT_SLOW: &str = "survive-host: got slow";
+
+/// How long a host process keeps its listener open after closing its
+/// connections: a bridge reconnecting at once lands in the backlog of a
+/// listener that will never accept it.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(400);
+
+/// An MCP host in a process of its own, to be SIGKILLed or to exit as
+/// apps do: it is this test binary, run as `host_process` with
+/// [`HOST_ENV`] set.
+struct HostProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl HostProcess {
+    async fn start(socket: &Path) -> HostProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "host_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(HOST_ENV, socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut host = HostProcess {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            child,
+        };
+        host.wait_for(HOST_READY).await;
+        host
+    }
+
+    async fn wait_for(&mut self, what: &str) {
+        loop {
+            let line = within(what, self.stdout.next()).await;
+            if line
+                .expect("the host process to go on")
+                .unwrap()
+                .contains(what)
+            {
+                return;
+            }
+        }
+    }
+
+    /// SIGKILL, and reaped.
+    async fn kill(mut self) {
+        self.child.kill().unwrap();
+        within("the host to die", self.child.status())
+            .await
+            .unwrap();
+    }
+
+    /// Exits as an app that closes its connections before its listener.
+    async fn exit(mut self) {
+        drop(self.stdin.take());
+        within("the host to exit", self.child.status())
+            .await
+            .unwrap();
+    }
+}
+
+/// How the restart tests stop the first host.
+#[derive(Clone, Copy)]
+enum Stop {
+    Kill,
+    Exit,
+}
+
+/// Not a test of the bridge but the host process the restart tests start
+/// ([`HostProcess`]): with [`HOST_ENV`] set it serves MCP at that socket
+/// until its stdin closes, then closes its connections, keeps the
+/// listener open for [`LINGER`] without accepting, and exits. Run as a
+/// plain test, it checks that such a host answers a bridge.
+#[test]
+fn host_process() {
+    let socket = match std::env::var_os(HOST_ENV) {
+        Some(socket) => PathBuf::from(socket),
+        None => {
+            let (_dir, socket, _) = setup("hostproc");
+            return smol::block_on(async {
+                let host = HostProcess::start(&socket).await;
+                let mut bridge = Bridge::spawn(&socket, &[]);
+                bridge.send(INITIALIZE).await;
+                assert_eq!(
+                    bridge.json().await["result"]["serverInfo"]["name"],
+                    "test-app"
+                );
+                host.exit().await;
+                let (code, stderr) = bridge.finish().await;
+                assert_eq!(code, Some(0), "{}", stderr);
+            });
+        }
+    };
+    smol::block_on(async {
+        use std::io::Write;
+        let listener = Listener::bind(&socket).unwrap();
+        let (stop, stopped) = smol::channel::bounded::<()>(1);
+        let connections: Arc<Mutex<Vec<Task<()>>>> = Arc::default();
+        let tasks = connections.clone();
+        let accepting = smol::spawn(async move {
+            loop {
+                let next =
+                    futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                        let _ = stopped.recv().await;
+                        None
+                    });
+                let connection = match next.await {
+                    None => return listener,
+                    Some(Ok(connection)) => connection,
+                    Some(Err(_)) => continue,
+                };
+                tasks.lock().unwrap().push(smol::spawn(async move {
+                    let mut writer = connection.writer;
+                    let mut lines = BufReader::new(connection.reader).lines();
+                    while let Some(Ok(line)) = lines.next().await {
+                        if line.contains("\"slow\"") {
+                            println!("{}", HOST_GOT_SLOW);
+                            let _ = std::io::stdout().flush();
+                        }
+                        if let Some(reply) = answer(&line) {
+                            let mut bytes = reply.to_string().into_bytes();
+                            bytes.push(b'\n');
+                            if writer.write_all(&bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }));
+            }
+        });
+        println!("{}", HOST_READY);
+        let _ = std::io::stdout().flush();
+        let _ = smol::unblock(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink())).await;
+        let _ = stop.send(()).await;
+        let listener = accepting.await;
+        let open = std::mem::take(&mut *connections.lock().unwrap());
+        for connection in open {
+            connection.cancel().await;
+        }
+        async_io::Timer::after(LINGER).await;
+        drop(listener);
+        std::process::exit(0);
+    });
+}
+
+/// One session through a host process that dies with a `tools/call` in
+/// flight (as `stop` says) and is started again on the same path: the call
+/// in flight gets its error at once, the next one is answered by the new
+/// host, and the bridge exits 0 when stdin closes.
+async fn restart_round(socket: &Path, stop: Stop) {
+    let host = HostProcess::start(socket).await;
+    let mut host = host;
+    let mut bridge = Bridge::spawn(socket, &[]);
+    bridge.send(INITIALIZE).await;
+    assert_eq!(bridge.json().await["id"], 1);
+    bridge.send(INITIALIZED).await;
+    bridge.send(&call(2, "before")).await;
+    assert_eq!(
+        bridge.json().await["result"]["content"][0]["text"],
+        "before"
+    );
+    bridge
+        .send(r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#)
+        .await;
+    host.wait_for(HOST_GOT_SLOW).await;
+    match stop {
+        Stop::Kill => host.kill().await,
+        Stop::Exit => host.exit().await,
+    }
+    let error = bridge.json().await;
+    assert_eq!(error["id"], "slow", "{}", error);
+    let new_host = HostProcess::start(socket).await;
+    let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
+    assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
+    let (code, stderr) = bridge.finish().await;
+    assert_eq!(code, Some(0), "{}", stderr);
+    new_host.kill().await;
+}
+
+/// The issue's first report: a host SIGKILLed with a call in flight and
+/// restarted on the same path. [`ROUNDS`] times in a row.
+#[test]
+fn a_sigkilled_host_restarted_on_the_same_path_is_resumed_every_time() {
+    let (_dir, socket, _) = setup("sigkill");
+    for round in 0..ROUNDS {
+        smol::block_on(restart_round(&socket, Stop::Kill));
+        eprintln!("sigkill: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// The issue's second report: a host that closes its connections before its
+/// listening socket, so the bridge's first reconnect lands in a backlog
+/// that is never served and is reset at the exit. [`ROUNDS`] times.
+#[test]
+fn a_host_that_closes_its_connections_before_its_listener_is_resumed_every_time() {
+    let (_dir, socket, _) = setup("linger");
+    for round in 0..ROUNDS {
+        smol::block_on(restart_round(&socket, Stop::Exit));
+        eprintln!("linger: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// An app that answers the replayed `initialize` and closes again, over and
+/// over: the bridge backs off, gives up at `--reconnect-timeout`, answers
+/// the request held meanwhile with the reason, and exits 1. Connections and
+/// `list_changed` notices stay few. [`ROUNDS`] times.
+#[test]
+fn a_crash_looping_app_is_retried_boundedly_then_reported() {
+    for round in 0..ROUNDS {
+        let (_dir, socket, seen) = setup("crashloop");
+        smol::block_on(async {
+            let _app = App::start(&socket, &seen, Manner::CrashLoop);
+            let mut bridge = Bridge::spawn(&socket, &["--reconnect-timeout", "1"]);
+            bridge.send(INITIALIZE).await;
+            assert_eq!(bridge.json().await["id"], 1);
+            bridge.send(INITIALIZED).await;
+            // A request that reaches an instance about to close gets the
+            // "reconnecting" error and is asked again, as a client would,
+            // until the bridge gives up.
+            let mut notices = 0;
+            let mut asked = 0;
+            let failure = loop {
+                asked += 1;
+                assert!(asked < 20, "never reported");
+                bridge.send(&call(asked, "x")).await;
+                let answer = loop {
+                    let message = bridge.json().await;
+                    if message.get("id").is_some() {
+                        break message;
+                    }
+                    notices += 1;
+                };
+                let text = answer["error"]["message"].as_str().unwrap_or_default();
+                if !text.contains("reconnecting") {
+                    break text.to_string();
+                }
+            };
+            assert!(
+                failure.contains("did not take the session back"),
+                "{}",
+                failure
+            );
+            let (code, stderr) = bridge.finish().await;
+            assert_eq!(code, Some(1), "{}", stderr);
+            let connections = seen.lock().unwrap().connections.len();
+            // 1 s of pauses from 100 ms doubling: a handful, not thousands.
+            assert!(connections <= 8, "{} connections", connections);
+            // tools and prompts, once per resumed instance.
+            assert!(
+                notices <= 2 * (connections - 1),
+                "{} notices, {} connections",
+                notices,
+                connections
+            );
+        });
+        eprintln!("crash loop: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// Messages held during a restart go to an app that answers one request
+/// at a time, the first with 1 MiB: they are written while its replies are
+/// read (no deadlock). [`ROUNDS`] times.
+#[test]
+fn held_messages_reach_an_app_that_answers_one_at_a_time_with_a_large_reply() {
+    for round in 0..ROUNDS {
+        let (_dir, socket, seen) = setup("heldbig");
+        smol::block_on(async {
+            let app = App::start(&socket, &seen, Manner::Serve);
+            let mut bridge = Bridge::spawn(&socket, &[]);
+            bridge.send(INITIALIZE).await;
+            bridge.json().await;
+            bridge.send(INITIALIZED).await;
+            bridge
+                .send(r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#)
+                .await;
+            within("the app to get the request", async {
+                while !seen.lock().unwrap().connections[0]
+                    .iter()
+                    .any(|l| l.contains("\"slow\""))
+                {
+                    async_io::Timer::after(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+            app.stop().await;
+            // The bridge has seen the hang-up: what follows is held.
+            assert_eq!(bridge.json().await["id"], "slow");
+            let padding = "p".repeat(8 * 1024);
+            for id in 10..50u32 {
+                let text = if id == 10 {
+                    "big".to_string()
+                } else {
+                    padding.clone()
+                };
+                bridge.send(&call(id, &text)).await;
+            }
+            let _app = App::start(&socket, &seen, Manner::Serve);
+            for id in 10..50u32 {
+                let reply = loop {
+                    let message = bridge.json().await;
+                    if message.get("id").is_some() {
+                        break message;
+                    }
+                };
+                assert_eq!(reply["id"], id);
+                let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+                assert_eq!(text.len(), if id == 10 { 1024 * 1024 } else { 8 * 1024 });
+            }
+            let (code, stderr) = bridge.finish().await;
+            assert_eq!(code, Some(0), "{}", stderr);
+        });
+        eprintln!("held: round {} of {} passed", round + 1, ROUNDS);
     }
 }
 

@@ -4,33 +4,54 @@
 //! This is the job an MCP CLI spawns us for, with no business logic: the
 //! bridge connects to the app's endpoint (waiting, boundedly, for an app
 //! that is starting), checks that the app runs as our user
-//! ([`endpoint::verify_server`](crate::endpoint::verify_server)), writes the
+//! ([`endpoint::verify_server`]), writes the
 //! [`handshake`](crate::handshake) line, and hands both byte streams to the
 //! [`relay`](crate::relay), which forwards every byte unchanged and at once.
 //! It reads each message's JSON-RPC envelope as it passes (never changing a
 //! byte) so that when the app cannot be reached, refuses, or restarts, the
 //! client is told why in the protocol and the session is carried over:
-//! `session.rs` has the whole story. stdout carries relayed bytes and those
-//! whole-line error responses only; every diagnostic is a [`BridgeError`]
-//! for the caller to print on stderr.
+//! `session.rs` has the whole story (the state machine and its bounds),
+//! `offline.rs` the line-by-line handling while no app is relayed to,
+//! `replay.rs` what is recorded and replayed, `pending.rs` the requests in
+//! flight. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
+//! relayed bytes and those whole-line error responses only; every
+//! diagnostic is a [`BridgeError`] for the caller to print on stderr.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Duration;
 
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 
+mod offline;
+mod pending;
+mod plain;
+mod replay;
 mod session;
+mod stale;
+#[cfg(test)]
+mod tests;
 
-pub use session::{ERROR_CODE, FAILED_LIMIT, HOLD_LIMIT};
+pub use offline::HOLD_LIMIT;
+pub use session::{
+    CRASH_LOOP_LIMIT, CRASH_LOOP_WINDOW, FAILED_LIMIT, FIRST_PAUSE, PAUSE_CAP,
+    RESUME_REPLY_TIMEOUT, STAYED_UP,
+};
 
-use crate::endpoint::{ConnectError, ServerUser};
+use crate::endpoint::{self, ConnectError, Reader, ServerUser, Writer};
 use crate::handshake::Handshake;
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio;
 use crate::traffic_log::{LogOptions, TrafficLog};
+
+/// The JSON-RPC error code of every response the bridge writes itself:
+/// the first of the "server error" range JSON-RPC reserves for the
+/// implementation, which MCP CLIs show as `MCP error -32000: <message>`.
+pub const ERROR_CODE: i64 = -32000;
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
@@ -80,7 +101,7 @@ pub struct Config {
     /// A user besides our own (and root, on Unix) whose server is trusted
     /// at the endpoint, for an app that serves from another account on
     /// purpose. Default: none. See
-    /// [`endpoint::verify_server`](crate::endpoint::verify_server).
+    /// [`endpoint::verify_server`].
     pub trusted_server: Option<ServerUser>,
     /// Whether the session survives the app: wait for an app that is not
     /// there yet, answer requests with errors when it cannot be reached or
@@ -140,14 +161,32 @@ pub enum BridgeError {
         /// The refusal line's `error.message`, if the app sent one.
         reason: Option<String>,
     },
-    /// The app came back after closing the connection, but did not take
-    /// the session back (it rejected the replayed `initialize`, or did not
-    /// answer in time).
+    /// The app closed the connection and did not take the session back
+    /// (it rejected the replayed `initialize`, or no instance answered it
+    /// and stayed up within the reconnect timeout).
     Resume {
         /// The endpoint reconnected to.
         endpoint: PathBuf,
         /// What went wrong.
         reason: String,
+    },
+    /// The app hung up too often: more than
+    /// [`CRASH_LOOP_LIMIT`] times within [`CRASH_LOOP_WINDOW`].
+    CrashLoop {
+        /// The endpoint.
+        endpoint: PathBuf,
+        /// How many hang-ups within the window.
+        hang_ups: usize,
+        /// The window.
+        window: Duration,
+    },
+    /// Reconnected, but sending the app the messages held while it was
+    /// away failed (with an error that is not a hang-up).
+    DeliverHeld {
+        /// The endpoint reconnected to.
+        endpoint: PathBuf,
+        /// The write error.
+        source: io::Error,
     },
 }
 
@@ -186,6 +225,23 @@ impl fmt::Display for BridgeError {
                 endpoint.display(),
                 reason
             ),
+            BridgeError::CrashLoop {
+                endpoint,
+                hang_ups,
+                window,
+            } => write!(
+                f,
+                "the app at '{}' is crash-looping: it closed the connection {} times within {}s, \
+                 so the bridge stopped reconnecting",
+                endpoint.display(),
+                hang_ups,
+                window.as_secs()
+            ),
+            BridgeError::DeliverHeld { endpoint, .. } => write!(
+                f,
+                "reconnected to '{}' but sending it the messages held meanwhile failed",
+                endpoint.display(),
+            ),
             BridgeError::Relay(e) => f.write_str(match e.stage() {
                 Stage::ReadClient => "reading stdin failed",
                 Stage::WriteServer => "sending to the app failed",
@@ -202,9 +258,13 @@ impl std::error::Error for BridgeError {
             BridgeError::Stdio(e) => Some(e),
             // Transparent: skip the layer whose text was already printed.
             BridgeError::Connect(e) => e.source(),
-            BridgeError::Handshake { source, .. } => Some(source),
+            BridgeError::Handshake { source, .. } | BridgeError::DeliverHeld { source, .. } => {
+                Some(source)
+            }
             BridgeError::Relay(e) => Some(e.io_error()),
-            BridgeError::Refused { .. } | BridgeError::Resume { .. } => None,
+            BridgeError::Refused { .. }
+            | BridgeError::Resume { .. }
+            | BridgeError::CrashLoop { .. } => None,
         }
     }
 }
@@ -229,7 +289,7 @@ pub fn run(config: &Config) -> Result<Ending, BridgeError> {
         log.start();
     }
     let ended = smol::block_on(async {
-        let session = session::run(config, stdin, stdout, Some(&hangups), log.as_ref());
+        let session = session(config, stdin, stdout, Some(&hangups), log.as_ref());
         let gone = async {
             hangups.output_gone().await;
             Ok(Ending::ClientGone)
@@ -259,5 +319,88 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    session::run(config, client_in, client_out, None, None).await
+    session(config, client_in, client_out, None, None).await
+}
+
+async fn session<R, W>(
+    config: &Config,
+    stdin: R,
+    stdout: W,
+    hangups: Option<&stdio::Hangups>,
+    log: Option<&TrafficLog>,
+) -> Result<Ending, BridgeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let connector = EndpointConnector { config, log };
+    if !config.reconnect {
+        return plain::run(config, connector, stdin, stdout, hangups, log).await;
+    }
+    session::Session::new(config, connector, stdin, stdout, hangups, log)
+        .run()
+        .await
+}
+
+/// A connection attempt's future, borrowing its connector.
+pub(crate) type Connecting<'a, AR, AW> =
+    Pin<Box<dyn Future<Output = Result<(AR, AW), BridgeError>> + 'a>>;
+
+/// Where the session gets a connection to an app instance from: the real
+/// endpoint for the binary, scripted in-memory apps for the session's
+/// tests.
+pub(crate) trait Connector {
+    /// Reading from the app.
+    type Reader: AsyncRead + Unpin;
+    /// Writing to the app.
+    type Writer: AsyncWrite + Unpin;
+
+    /// One attempt, within `budget`: connect (waiting for an app that is
+    /// starting, when the session survives it), check who serves it, and
+    /// send the handshake (`resumed` after a restart). A
+    /// [`BridgeError::Handshake`] is worth another attempt; any other error
+    /// is not.
+    fn connect(
+        &mut self,
+        resumed: bool,
+        budget: Duration,
+    ) -> Connecting<'_, Self::Reader, Self::Writer>;
+}
+
+/// The app's real endpoint.
+struct EndpointConnector<'a> {
+    config: &'a Config,
+    log: Option<&'a TrafficLog>,
+}
+
+impl Connector for EndpointConnector<'_> {
+    type Reader = Reader;
+    type Writer = Writer;
+
+    fn connect(&mut self, resumed: bool, budget: Duration) -> Connecting<'_, Reader, Writer> {
+        let (config, log) = (self.config, self.log);
+        Box::pin(async move {
+            let (reader, mut writer) = if config.reconnect {
+                endpoint::connect_when_ready(&config.endpoint, budget).await
+            } else {
+                endpoint::connect(&config.endpoint, budget).await
+            }
+            .map_err(BridgeError::Connect)?;
+            endpoint::verify_server(&config.endpoint, &reader, config.trusted_server.as_ref())
+                .map_err(BridgeError::Connect)?;
+            let mut handshake = config.handshake.clone();
+            handshake.resumed = resumed;
+            let line = handshake.to_line();
+            if let Some(log) = log {
+                log.handshake_sent(&line);
+            }
+            session::send(&mut writer, &line)
+                .await
+                .map_err(|source| BridgeError::Handshake {
+                    endpoint: config.endpoint.clone(),
+                    source,
+                })?;
+            Ok((reader, writer))
+        })
+    }
 }
