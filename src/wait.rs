@@ -32,6 +32,7 @@ pub(crate) async fn timeout<T>(limit: Duration, work: impl Future<Output = T>) -
 /// no limit at all (`work` runs to completion). `Duration::MAX`, and any limit
 /// too far off for an `Instant`, never runs out either: the timer is then
 /// never armed.
+#[cfg(any(feature = "host", feature = "app-server"))]
 pub(crate) async fn timeout_unless_zero<T>(
     limit: Duration,
     work: impl Future<Output = T>,
@@ -99,6 +100,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "host", feature = "app-server"))]
     fn a_zero_or_maximal_limit_never_runs_out() {
         smol::block_on(async {
             for limit in [Duration::ZERO, Duration::MAX] {

@@ -18,7 +18,8 @@ use super::replay::{Replay, RECORDED};
 use super::stale::AppRequests;
 use super::{BridgeError, ERROR_CODE};
 use crate::envelope::{self, Envelope, Kind, Scanner};
-use crate::relay::{self, BUFFER_SIZE};
+use crate::io::BUFFER_SIZE;
+use crate::relay;
 
 /// Most bytes of client messages held while the app is away. A client
 /// sends a handful of small requests while it waits for a reply; more than

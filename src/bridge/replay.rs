@@ -25,7 +25,7 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use super::session::send;
 use crate::envelope::{Envelope, Kind, Scanner};
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 /// The client messages the session's state depends on, recorded whole as
 /// they pass.

@@ -22,7 +22,7 @@ use futures_lite::ready;
 
 use super::offline::HOLD_LIMIT;
 use crate::envelope::{Kind, Scanner};
-use crate::relay::BUFFER_SIZE;
+use crate::io::BUFFER_SIZE;
 
 /// Most ids of open app-to-client requests remembered per session: an app
 /// has a handful open at a time.

@@ -310,6 +310,7 @@ fn doctor_options() {
 /// into the same settings (issue 20: a user swaps the word in the line
 /// they configured).
 #[test]
+#[cfg(feature = "doctor")]
 fn doctor_takes_every_mcp_server_option() {
     #[rustfmt::skip]
     let line = ["--endpoint", "/s.sock", "--project", "p", "--requester", "r", "--connect-timeout", "3",
