@@ -32,12 +32,25 @@ pub struct Connection {
 }
 
 impl Listener {
+    /// Binds `path`, taking it over from a host that died without removing
+    /// its socket file (nobody accepts there any more), as the library's
+    /// host does: the restart tests SIGKILL a host and start the next one
+    /// on the same path.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<Listener> {
         let path = path.as_ref().to_path_buf();
-        Ok(Listener {
-            socket: UnixListener::bind(&path)?,
-            path,
-        })
+        let socket = match UnixListener::bind(&path) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                match std::os::unix::net::UnixStream::connect(&path) {
+                    Err(refused) if refused.kind() == io::ErrorKind::ConnectionRefused => {
+                        std::fs::remove_file(&path)?;
+                        UnixListener::bind(&path)?
+                    }
+                    _ => return Err(e),
+                }
+            }
+            other => other?,
+        };
+        Ok(Listener { socket, path })
     }
 
     /// The next bridge that connects and sends a valid handshake line; a
