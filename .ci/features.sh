@@ -93,7 +93,6 @@ step "cargo doc --no-deps --no-default-features  (the bridge-only API's links)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --no-default-features
 
 step "the bridge's tests against the bridge-only build (debug and release)"
-need_debian_packages socat
 cargo test --locked --no-default-features
 cargo test --release --locked --no-default-features "${BRIDGE_TESTS[@]}"
 
