@@ -6,7 +6,7 @@
 # also runs on its own: `bash .ci/windows.sh`.
 #
 # What a green run proves and what it cannot (Wine does not serialize I/O on
-# synchronous handles the way Windows does): see the README's Windows section
+# synchronous handles the way Windows does): see docs/windows.md ("How it is verified")
 # and src/endpoint/windows.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

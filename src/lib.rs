@@ -126,11 +126,39 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     line
 }
 
-/// The README's Rust examples, compiled as doctests so they cannot rot.
-/// They use the app's side of the library.
-#[cfg(all(doctest, feature = "host", feature = "app-server"))]
-#[doc = include_str!("../README.md")]
-struct ReadmeExamples;
+/// The README's and `docs/`'s code blocks, compiled as doctests so their
+/// Rust examples cannot rot (and a block left untagged, which rustdoc takes
+/// for Rust, is caught). A page whose examples use a feature's API is
+/// compiled only with that feature.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[cfg(feature = "app-server")]
+    #[doc = include_str!("../docs/app-server.md")]
+    struct AppServer;
+    #[doc = include_str!("../docs/bridge.md")]
+    struct Bridge;
+    #[doc = include_str!("../docs/bundling.md")]
+    struct Bundling;
+    #[doc = include_str!("../docs/doctor.md")]
+    struct Doctor;
+    #[doc = include_str!("../docs/handshake.md")]
+    struct Handshake;
+    #[cfg(feature = "host")]
+    #[doc = include_str!("../docs/host.md")]
+    struct Host;
+    #[doc = include_str!("../docs/layout.md")]
+    struct Layout;
+    #[doc = include_str!("../docs/security.md")]
+    struct Security;
+    #[doc = include_str!("../docs/serve.md")]
+    struct Serve;
+    #[doc = include_str!("../docs/traffic-log.md")]
+    struct TrafficLog;
+    #[doc = include_str!("../docs/windows.md")]
+    struct Windows;
+}
 
 #[cfg(test)]
 mod tests {
