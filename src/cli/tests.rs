@@ -312,9 +312,14 @@ fn doctor_options() {
 #[test]
 #[cfg(feature = "doctor")]
 fn doctor_takes_every_mcp_server_option() {
+    // A user each platform parses: a uid, or a SID on Windows.
+    #[cfg(unix)]
+    const TRUSTED: &str = "1234";
+    #[cfg(windows)]
+    const TRUSTED: &str = "S-1-5-18";
     #[rustfmt::skip]
     let line = ["--endpoint", "/s.sock", "--project", "p", "--requester", "r", "--connect-timeout", "3",
-        "--reconnect-timeout=7.5", "--no-reconnect", "--trust-server-user", "1234", "--log", "/tmp/b.log"];
+        "--reconnect-timeout=7.5", "--no-reconnect", "--trust-server-user", TRUSTED, "--log", "/tmp/b.log"];
     let bridge = bridge(&line);
     let config = match parse_strs(&[&["doctor"], &line[..]].concat()) {
         Ok(Command::Doctor(Doctor { config, .. })) => config,
