@@ -39,6 +39,11 @@
 //! else (a batch array,
 //! an empty line, text, a second object) is [`Kind::Other`]: passed on,
 //! not tracked.
+//!
+//! The folder: this file is the state machine; `fast.rs` its byte tables
+//! and word-at-a-time searches (where the time goes); `values.rs` the
+//! checks and decoding of captured values; `error_line.rs` the one writer
+//! of the error responses the crate makes itself; `tests.rs` the tests.
 
 use std::str;
 
