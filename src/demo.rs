@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 use smol::channel::{Receiver, Sender};
 use smol::process::{ChildStdin, Command};
 
+use mcp_bridge::bridge::ERROR_CODE;
 use mcp_bridge::handshake::Handshake;
 use mcp_bridge::host::{Connection, Listener};
 
@@ -52,9 +53,6 @@ const REQUESTER: &str = "demo-agent";
 /// The id the bridge gives the `initialize` it replays to a restarted app
 /// (see `bridge::session`); the demo checks that the host received it.
 const REPLAYED_INITIALIZE_ID: &str = "mcp-bridge-replay-1";
-
-/// The code of the error responses the bridge writes itself.
-const BRIDGE_ERROR_CODE: i64 = -32000;
 
 /// Why the demo failed. The message says which step and what was seen.
 #[derive(Debug)]
@@ -473,10 +471,10 @@ fn check_reply(id: &Value, reply: &str) -> Result<(), DemoError> {
 /// `reply` must be the bridge's own error response to request `id`.
 fn check_bridge_error(id: &Value, reply: &str) -> Result<(), DemoError> {
     let value = parse(reply)?;
-    if value.get("id") != Some(id) || value["error"]["code"] != BRIDGE_ERROR_CODE {
+    if value.get("id") != Some(id) || value["error"]["code"] != ERROR_CODE {
         return Err(fail(format!(
             "expected the bridge's error response ({}) to id {}, got {}",
-            BRIDGE_ERROR_CODE, id, reply
+            ERROR_CODE, id, reply
         )));
     }
     Ok(())

@@ -81,7 +81,6 @@ pub mod diag;
 #[cfg(feature = "doctor")]
 pub mod doctor;
 pub mod endpoint;
-#[allow(dead_code)] // until the relay uses it (issue 11)
 mod envelope;
 /// The FFI boundary: the only module allowed `unsafe`.
 #[allow(unsafe_code, dead_code)]

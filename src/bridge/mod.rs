@@ -48,9 +48,11 @@ use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio;
 use crate::traffic_log::{LogOptions, TrafficLog};
 
-/// The JSON-RPC error code of every response the bridge writes itself:
-/// the first of the "server error" range JSON-RPC reserves for the
-/// implementation, which MCP CLIs show as `MCP error -32000: <message>`.
+/// The JSON-RPC error code of every error response the crate writes itself
+/// (the bridge's answers, the host's refusal line): the first of the
+/// "server error" range JSON-RPC reserves for the implementation, which
+/// MCP CLIs show as `MCP error -32000: <message>`. The one definition of
+/// `-32000`; the host re-exports it as `host::REFUSAL_CODE`.
 pub const ERROR_CODE: i64 = -32000;
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.

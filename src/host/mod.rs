@@ -79,7 +79,9 @@
 //!
 //! The bridge relays it to the CLI like any other line, and the CLI shows
 //! the message. [`REFUSAL_CODE`] is `-32000`, the first of JSON-RPC's
-//! "server error" codes; `<why>` is a JSON string escaped by `serde_json`.
+//! "server error" codes, the one the bridge's own error responses use
+//! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same constant);
+//! `<why>` is a JSON string, written by the bridge's error-line writer.
 //!
 //! # Log lines
 //!
@@ -136,9 +138,12 @@ mod options;
 mod peer_log;
 mod refusal;
 
+/// The JSON-RPC error code of the refusal line: the bridge's
+/// [`ERROR_CODE`](crate::bridge::ERROR_CODE), under the name the host's
+/// users know it by.
+pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
-pub use refusal::REFUSAL_CODE;
 
 /// A bound endpoint that accepts bridges. Dropping it stops accepting and
 /// removes the socket file.

@@ -5,19 +5,15 @@ use std::io;
 use std::time::Duration;
 
 use futures_lite::io::AsyncWriteExt;
-use serde_json::Value;
 
 use super::Connection;
-use crate::wait;
+use crate::bridge::ERROR_CODE;
+use crate::{envelope, wait};
 
 /// How long [`Connection::refuse`] may take to write its line. It fits in
 /// any socket buffer, so only a peer that filled ours without reading
 /// could hold it up.
 const REFUSAL_WRITE_LIMIT: Duration = Duration::from_secs(1);
-
-/// The JSON-RPC error code of the refusal line: the first of the range the
-/// specification leaves to servers ("server error").
-pub const REFUSAL_CODE: i64 = -32000;
 
 impl Connection {
     /// Turns this bridge away with a reason its MCP CLI can show: writes the
@@ -49,20 +45,16 @@ impl Connection {
 }
 
 /// The refusal line for `reason`, final `\n` included: a JSON-RPC error
-/// response with a `null` id and [`REFUSAL_CODE`].
-///
-/// Written by hand, like the handshake, so the key order is fixed here.
+/// response with a `null` id and [`ERROR_CODE`], written by the same
+/// writer as the bridge's own error responses.
 pub(super) fn refusal_line(reason: &str) -> Vec<u8> {
-    format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\"message\":{}}}}}\n",
-        REFUSAL_CODE,
-        Value::from(reason)
-    )
-    .into_bytes()
+    envelope::error_response_line(b"null", ERROR_CODE, reason)
 }
 
 #[cfg(all(test, unix))]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
@@ -75,5 +67,27 @@ mod tests {
         );
         let value: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(value["error"]["message"], "busy \"now\"\n");
+    }
+
+    /// The bridge's writer, which the refusal line now shares, escapes as
+    /// `serde_json` did but for two control characters (`\u0008` and
+    /// `\u000c` rather than `\b` and `\f`): every reason still reads back
+    /// the same, byte for byte otherwise.
+    #[test]
+    fn the_refusal_line_escapes_like_serde_json_but_b_and_f() {
+        let mut reasons: Vec<String> = (0..0x80u8).map(|b| format!("a{}z", b as char)).collect();
+        reasons.extend(["é \u{2028} 😀 \u{7f}".to_owned(), String::new()]);
+        for reason in reasons {
+            let line = refusal_line(&reason);
+            let value: Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(value["error"]["message"], reason.as_str());
+            let by_serde = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":{}}}}}\n",
+                Value::from(reason.as_str())
+            )
+            .replace("\\b", "\\u0008")
+            .replace("\\f", "\\u000c");
+            assert_eq!(String::from_utf8(line).unwrap(), by_serde, "{:?}", reason);
+        }
     }
 }
