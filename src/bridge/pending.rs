@@ -7,8 +7,19 @@
 //! life: beyond [`PENDING_LIMIT`] ids or [`PENDING_BYTES`] bytes of ids the
 //! oldest is forgotten (it then gets no error of the bridge's at a
 //! restart; a client has long given up on a request that old).
+//!
+//! Requests with an id longer than [`ID_CAP`](crate::envelope::ID_CAP)
+//! cannot be told apart: they are counted, a reply with such an id counts
+//! one down, and each still owed gets an error with `"id":null` (JSON-RPC
+//! 2.0's id for one that could not be determined).
+//!
+//! [`Batches`] does the same for batch arrays: a batch is answered by the
+//! app with one array, so it is in flight until an array answering any of
+//! its requests comes back, and owed one array of errors otherwise.
 
 use std::collections::{HashMap, VecDeque};
+
+use super::offline::{batch_ids, first_byte_after_space, BATCH_LIMIT};
 
 /// Most ids remembered.
 pub(crate) const PENDING_LIMIT: usize = 65_536;
@@ -28,9 +39,23 @@ pub(crate) struct Pending {
     order: VecDeque<(u64, Vec<u8>)>,
     next: u64,
     bytes: usize,
+    /// The batches in flight.
+    pub(crate) batches: Batches,
+    /// Requests in flight whose id was too long to keep.
+    long_ids: usize,
 }
 
 impl Pending {
+    /// A request with an id too long to keep was sent, or (`false`) a reply
+    /// with such an id came back.
+    pub(crate) fn long_id(&mut self, sent: bool) {
+        if sent {
+            self.long_ids = (self.long_ids + 1).min(PENDING_LIMIT);
+        } else {
+            self.long_ids = self.long_ids.saturating_sub(1);
+        }
+    }
+
     /// Remembers a request sent to the app.
     pub(crate) fn insert(&mut self, id: &[u8]) {
         let seq = self.next;
@@ -63,15 +88,20 @@ impl Pending {
         self.ids.len()
     }
 
-    /// Every id still pending, oldest first, leaving the set empty.
+    /// Every id still pending, oldest first (then a `null` per long id),
+    /// leaving the set empty.
     pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
         let ids = std::mem::take(&mut self.ids);
         self.bytes = 0;
-        std::mem::take(&mut self.order)
+        let mut out: Vec<Vec<u8>> = std::mem::take(&mut self.order)
             .into_iter()
             .filter(|(seq, id)| ids.get(id) == Some(seq))
             .map(|(_, id)| id)
-            .collect()
+            .collect();
+        for _ in 0..std::mem::take(&mut self.long_ids) {
+            out.push(b"null".to_vec());
+        }
+        out
     }
 
     fn forget_oldest(&mut self) {
@@ -81,6 +111,152 @@ impl Pending {
                 self.bytes -= id.len();
                 return;
             }
+        }
+    }
+}
+
+/// Most batches in flight remembered; beyond it (or [`PENDING_BYTES`] of
+/// their ids) the oldest is forgotten, as in [`Pending`].
+const BATCHES_LIMIT: usize = 1024;
+
+/// The bytes of the lines starting with `[` (after whitespace or a BOM) in
+/// one direction, kept up to [`BATCH_LIMIT`] as their chunks pass; other
+/// lines cost a look at their first byte.
+#[derive(Debug, Default)]
+pub(crate) struct Arrays {
+    /// The current line so far, while it is or may be an array.
+    line: Option<Vec<u8>>,
+    /// Bytes of the current line in earlier chunks.
+    seen: u64,
+    /// Where the current line starts in the chunk being fed.
+    start: usize,
+}
+
+impl Arrays {
+    /// A chunk is about to be fed to the scanner, which is `mid_line` or
+    /// not.
+    pub(crate) fn chunk(&mut self, chunk: &[u8], mid_line: bool) {
+        self.start = 0;
+        if !mid_line {
+            self.seen = 0;
+            self.line = Some(Vec::new());
+        }
+        self.decide(chunk);
+    }
+
+    /// The scanner ended a line `len` bytes long in `chunk`: that line, if
+    /// an array (up to [`BATCH_LIMIT`] of it).
+    pub(crate) fn line_end(&mut self, chunk: &[u8], len: u64) -> Option<Vec<u8>> {
+        let end = (self.start as u64 + len.saturating_sub(self.seen)) as usize;
+        let end = end.min(chunk.len()).max(self.start);
+        let line = self.line.take().map(|mut line| {
+            keep(&mut line, &chunk[self.start..end]);
+            line
+        });
+        self.seen = 0;
+        self.start = end;
+        self.line = Some(Vec::new());
+        self.decide(&chunk[end..]);
+        line.filter(|line| first_byte_after_space(line) == Some(b'['))
+    }
+
+    /// The scanner has seen all of `chunk`.
+    pub(crate) fn chunk_end(&mut self, chunk: &[u8]) {
+        if let Some(line) = &mut self.line {
+            keep(line, &chunk[self.start..]);
+        }
+        self.seen += (chunk.len() - self.start) as u64;
+    }
+
+    /// The relay goes on with a line `seen` bytes into it, kept offline
+    /// (`line`) if it is a batch.
+    pub(crate) fn carry(&mut self, line: Option<Vec<u8>>, seen: u64) {
+        self.line = line;
+        self.seen = seen;
+    }
+
+    /// Takes the current line, if it is an array not ended yet.
+    pub(crate) fn take_current(&mut self) -> Option<Vec<u8>> {
+        self.line
+            .take()
+            .filter(|line| first_byte_after_space(line) == Some(b'['))
+    }
+
+    /// Stops keeping the current line once a byte of it says it is no
+    /// array.
+    fn decide(&mut self, rest: &[u8]) {
+        if let Some(line) = &self.line {
+            let first = match first_byte_after_space(line) {
+                Some(b) => Some(b),
+                None => first_byte_after_space(rest),
+            };
+            if first.map_or(false, |b| b != b'[') {
+                self.line = None;
+            }
+        }
+    }
+}
+
+fn keep(line: &mut Vec<u8>, bytes: &[u8]) {
+    let room = BATCH_LIMIT.saturating_sub(line.len());
+    line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
+/// The client's batches relayed to the app and not answered yet: the raw
+/// ids of the requests in each, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct Batches {
+    pub(crate) up: Arrays,
+    pub(crate) down: Arrays,
+    sent: VecDeque<Vec<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl Batches {
+    /// A batch line went to the app.
+    pub(crate) fn sent(&mut self, line: &[u8]) {
+        let ids = batch_ids(line, false);
+        if ids.is_empty() {
+            return;
+        }
+        self.bytes += ids.iter().map(Vec::len).sum::<usize>();
+        self.sent.push_back(ids);
+        while self.sent.len() > BATCHES_LIMIT || self.bytes > PENDING_BYTES {
+            self.forget(0);
+        }
+    }
+
+    /// An array line came from the app: the batch it answers (the one with
+    /// the id of its first response) is answered. An array whose first
+    /// element is longer than [`BATCH_LIMIT`] answers the oldest.
+    pub(crate) fn answered(&mut self, line: &[u8]) {
+        let first = batch_ids(line, true).into_iter().next();
+        let at = match (&first, line.len() < BATCH_LIMIT) {
+            (Some(id), _) => self.sent.iter().position(|ids| ids.contains(id)),
+            (None, true) => None,
+            (None, false) => Some(0),
+        };
+        if let Some(at) = at {
+            self.forget(at);
+        }
+    }
+
+    /// The client cancelled `id`: no answer is owed for it.
+    pub(crate) fn cancelled(&mut self, id: &[u8]) {
+        for ids in &mut self.sent {
+            ids.retain(|sent| sent != id);
+        }
+    }
+
+    /// Every batch still in flight, leaving none.
+    pub(crate) fn drain(&mut self) -> VecDeque<Vec<Vec<u8>>> {
+        self.bytes = 0;
+        std::mem::take(&mut self.sent)
+    }
+
+    fn forget(&mut self, at: usize) {
+        if let Some(ids) = self.sent.remove(at) {
+            self.bytes -= ids.iter().map(Vec::len).sum::<usize>();
         }
     }
 }
