@@ -278,17 +278,21 @@ pub(super) fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
 }
 
 /// The raw ids of the requests (or, with `responses`, of the responses) in
-/// an array line, in order; a request whose id is too long to keep is
-/// `null` (see [`Pending`]).
-pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<Vec<u8>> {
+/// an array line, in order, each after a `\n` (an id is JSON, so it has
+/// none); a request whose id is too long to keep is `null`.
+pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
     let mut ids = Vec::new();
     let mut scanner = Scanner::new();
     for element in batch_elements(line) {
         let mut element = element.to_vec();
         element.push(b'\n');
+        let mut push = |id: &[u8]| {
+            ids.push(b'\n');
+            ids.extend_from_slice(id);
+        };
         scanner.feed(&element, |envelope| match (envelope.kind, envelope.id) {
-            (Kind::Request, id) if !responses => ids.push(id.unwrap_or(b"null").to_vec()),
-            (Kind::Response | Kind::ErrorResponse, Some(id)) if responses => ids.push(id.to_vec()),
+            (Kind::Request, id) if !responses => push(id.unwrap_or(b"null")),
+            (Kind::Response | Kind::ErrorResponse, Some(id)) if responses => push(id),
             _ => {}
         });
     }
@@ -302,17 +306,15 @@ pub(super) fn batch_errors(line: &[u8], message: &str) -> Vec<u8> {
     array_of_errors(&batch_ids(line, false), message)
 }
 
-/// One array with an error response per id in `ids`, on one line, or
-/// nothing when there is none.
-pub(super) fn array_of_errors(ids: &[Vec<u8>], message: &str) -> Vec<u8> {
+/// One array with an error response per id in `ids` (as [`batch_ids`]
+/// gives them), on one line, or nothing when there is none.
+pub(super) fn array_of_errors(ids: &[u8], message: &str) -> Vec<u8> {
     if ids.is_empty() {
         return Vec::new();
     }
-    let mut out = vec![b'['];
-    for (n, id) in ids.iter().enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
+    let mut out = Vec::new();
+    for id in ids[1..].split(|&b| b == b'\n') {
+        out.push(if out.is_empty() { b'[' } else { b',' });
         envelope::push_error_response(&mut out, id, ERROR_CODE, message);
     }
     out.extend_from_slice(b"]\n");
@@ -365,10 +367,7 @@ mod tests {
     fn a_batch_is_answered_per_request_in_one_array() {
         let line = br#" [{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}, {"id":"x,]","method":"b","params":[1,{"c":"]"}]}]
 "#;
-        assert_eq!(
-            batch_ids(line, false),
-            vec![b"1".to_vec(), b"\"x,]\"".to_vec()]
-        );
+        assert_eq!(batch_ids(line, false), b"\n1\n\"x,]\"".to_vec());
         let answer = batch_errors(line, "gone");
         let parsed: serde_json::Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(parsed[0]["id"], 1);

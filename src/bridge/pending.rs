@@ -203,12 +203,14 @@ fn keep(line: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// The client's batches relayed to the app and not answered yet: the raw
-/// ids of the requests in each, oldest first.
+/// ids of the requests in each (as [`batch_ids`] gives them), oldest
+/// first. A request of a batch the client cancels is still answered with
+/// the others (the client ignores answers to what it cancelled).
 #[derive(Debug, Default)]
 pub(crate) struct Batches {
     pub(crate) up: Arrays,
     pub(crate) down: Arrays,
-    sent: VecDeque<Vec<Vec<u8>>>,
+    sent: Vec<Vec<u8>>,
     bytes: usize,
 }
 
@@ -219,8 +221,8 @@ impl Batches {
         if ids.is_empty() {
             return;
         }
-        self.bytes += ids.iter().map(Vec::len).sum::<usize>();
-        self.sent.push_back(ids);
+        self.bytes += ids.len();
+        self.sent.push(ids);
         while self.sent.len() > BATCHES_LIMIT || self.bytes > PENDING_BYTES {
             self.forget(0);
         }
@@ -230,33 +232,29 @@ impl Batches {
     /// the id of its first response) is answered. An array whose first
     /// element is longer than [`BATCH_LIMIT`] answers the oldest.
     pub(crate) fn answered(&mut self, line: &[u8]) {
-        let first = batch_ids(line, true).into_iter().next();
-        let at = match (&first, line.len() < BATCH_LIMIT) {
-            (Some(id), _) => self.sent.iter().position(|ids| ids.contains(id)),
-            (None, true) => None,
-            (None, false) => Some(0),
+        let ids = batch_ids(line, true);
+        let at = match ids.split(|&b| b == b'\n').nth(1) {
+            Some(first) => self
+                .sent
+                .iter()
+                .position(|sent| sent.split(|&b| b == b'\n').any(|id| id == first)),
+            None if line.len() >= BATCH_LIMIT => Some(0),
+            None => None,
         };
         if let Some(at) = at {
             self.forget(at);
         }
     }
 
-    /// The client cancelled `id`: no answer is owed for it.
-    pub(crate) fn cancelled(&mut self, id: &[u8]) {
-        for ids in &mut self.sent {
-            ids.retain(|sent| sent != id);
-        }
-    }
-
     /// Every batch still in flight, leaving none.
-    pub(crate) fn drain(&mut self) -> VecDeque<Vec<Vec<u8>>> {
+    pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
         self.bytes = 0;
         std::mem::take(&mut self.sent)
     }
 
     fn forget(&mut self, at: usize) {
-        if let Some(ids) = self.sent.remove(at) {
-            self.bytes -= ids.iter().map(Vec::len).sum::<usize>();
+        if at < self.sent.len() {
+            self.bytes -= self.sent.remove(at).len();
         }
     }
 }

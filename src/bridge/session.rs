@@ -471,7 +471,6 @@ where
                             .and_then(|line| member(member(line, "params")?, "requestId"));
                         if let Some(id) = cancelled {
                             pending.remove(id);
-                            pending.batches.cancelled(id);
                         }
                     }
                     _ => replay.borrow_mut().client_sent(&envelope),
