@@ -183,14 +183,20 @@ impl Arrays {
     }
 
     /// Stops keeping the current line once a byte of it says it is no
-    /// array.
+    /// array: whitespace and BOM bytes (a BOM may be cut by a chunk's end)
+    /// say nothing.
     fn decide(&mut self, rest: &[u8]) {
+        let telling = |bytes: &[u8]| {
+            bytes
+                .iter()
+                .copied()
+                .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | 0xEF | 0xBB | 0xBF))
+        };
         if let Some(line) = &self.line {
-            let first = match first_byte_after_space(line) {
-                Some(b) => Some(b),
-                None => first_byte_after_space(rest),
-            };
-            if first.map_or(false, |b| b != b'[') {
+            if telling(line)
+                .or_else(|| telling(rest))
+                .map_or(false, |b| b != b'[')
+            {
                 self.line = None;
             }
         }
@@ -215,6 +221,20 @@ pub(crate) struct Batches {
 }
 
 impl Batches {
+    /// The scanner ended a client line `len` bytes long in `chunk`.
+    pub(crate) fn up_line(&mut self, chunk: &[u8], len: u64) {
+        if let Some(line) = self.up.line_end(chunk, len) {
+            self.sent(&line);
+        }
+    }
+
+    /// The scanner ended an app line `len` bytes long in `chunk`.
+    pub(crate) fn down_line(&mut self, chunk: &[u8], len: u64) {
+        if let Some(line) = self.down.line_end(chunk, len) {
+            self.answered(&line);
+        }
+    }
+
     /// A batch line went to the app.
     pub(crate) fn sent(&mut self, line: &[u8]) {
         let ids = batch_ids(line, false);
@@ -262,6 +282,45 @@ impl Batches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envelope::Scanner;
+
+    #[test]
+    fn array_lines_are_kept_whole_wherever_the_chunks_are_cut() {
+        let stream: &[u8] = b"{\"id\":1,\"method\":\"x\",\"params\":[1]}\n\xEF\xBB\xBF [{\"id\":2}]\n  {\"a\":[1]}\n\n[1,\"]\\n\"]\n \t\n[]";
+        for size in 1..=stream.len() {
+            let (mut scanner, mut arrays, mut found) = (Scanner::new(), Arrays::default(), vec![]);
+            for chunk in stream.chunks(size) {
+                arrays.chunk(chunk, scanner.mid_line());
+                scanner.feed(chunk, |envelope| {
+                    found.extend(arrays.line_end(chunk, envelope.len));
+                });
+                arrays.chunk_end(chunk);
+            }
+            found.extend(arrays.take_current());
+            let expected: Vec<&[u8]> =
+                vec![b"\xEF\xBB\xBF [{\"id\":2}]\n", b"[1,\"]\\n\"]\n", b"[]"];
+            assert_eq!(found, expected, "chunks of {}", size);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_answered_by_the_array_with_its_first_response_id() {
+        let mut batches = Batches::default();
+        batches.sent(br#"[{"id":1,"method":"a"},{"id":2,"method":"a"}]"#);
+        batches.sent(br#"[{"method":"n"}]"#);
+        batches.sent(br#"[{"id":3,"method":"a"}]"#);
+        batches.sent(br#"[{"id":4,"method":"a"}]"#);
+        batches.answered(br#"[{"id":3,"result":{}}]"#);
+        batches.answered(br#"[{"id":9,"result":{}}]"#);
+        batches.answered(br#"[{"id":2,"result":{}},{"id":1,"result":{}}]"#);
+        assert_eq!(batches.drain(), vec![b"\n4".to_vec()]);
+        for n in 0..(BATCHES_LIMIT + 5) {
+            batches.sent(format!(r#"[{{"id":{},"method":"a"}}]"#, n).as_bytes());
+        }
+        let kept = batches.drain();
+        assert_eq!(kept.len(), BATCHES_LIMIT);
+        assert_eq!(kept[0], b"\n5".to_vec());
+    }
 
     #[test]
     fn answered_ids_are_forgotten_and_the_rest_drained_in_order() {

@@ -449,9 +449,7 @@ where
                 .chunk(part, up_scanner.mid_line());
             up_scanner.feed(part, |envelope| {
                 let mut pending = pending.borrow_mut();
-                if let Some(batch) = pending.batches.up.line_end(part, envelope.len) {
-                    pending.batches.sent(&batch);
-                }
+                pending.batches.up_line(part, envelope.len);
                 match envelope.kind {
                     Kind::Request => {
                         match envelope.id {
@@ -490,9 +488,7 @@ where
                 .chunk(chunk, down.mid_line());
             down.feed(chunk, |envelope| {
                 let mut pending = pending.borrow_mut();
-                if let Some(answer) = pending.batches.down.line_end(chunk, envelope.len) {
-                    pending.batches.answered(&answer);
-                }
+                pending.batches.down_line(chunk, envelope.len);
                 lines += 1;
                 let refuses = envelope.kind == Kind::ErrorResponse && envelope.id == Some(b"null");
                 if lines == 1 && refuses {
