@@ -54,9 +54,10 @@ pub(super) struct Client<R> {
     pub(super) held: Vec<u8>,
     /// Raw ids of the requests in `held` (empty: too long to keep).
     pub(super) held_ids: Vec<Vec<u8>>,
-    /// The batch lines in `held` (their requests are answered by the app in
-    /// one array, which the bridge does not follow, so they are not
-    /// pending once delivered; kept to answer them if never delivered).
+    /// The batch lines in `held` (in flight as [`Batches`] once
+    /// delivered).
+    ///
+    /// [`Batches`]: super::pending::Batches
     held_batches: Vec<Vec<u8>>,
     /// Where the current line starts in `held`.
     line_start: usize,
