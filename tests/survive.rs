@@ -410,6 +410,43 @@ fn a_sigkilled_host_restarted_on_the_same_path_is_resumed_every_time() {
     }
 }
 
+/// A JSON-RPC batch in flight when the host is SIGKILLed gets one array of
+/// errors at once, one per request in it (none for its notification); the
+/// next call reaches the host started again on the same path. [`ROUNDS`]
+/// times in a row.
+#[test]
+fn a_batch_in_flight_when_the_host_is_sigkilled_gets_one_array_of_errors_every_time() {
+    let (_dir, socket, _) = setup("batchkill");
+    for round in 0..ROUNDS {
+        smol::block_on(async {
+            let mut host = HostProcess::start(&socket).await;
+            let mut bridge = Bridge::spawn(&socket, &[]);
+            bridge.send(INITIALIZE).await;
+            assert_eq!(bridge.json().await["id"], 1);
+            bridge.send(INITIALIZED).await;
+            // The host answers no batch: this one stays in flight.
+            bridge
+                .send(r#" [{"jsonrpc":"2.0","id":"slow","method":"slow/never"},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":7,"method":"slow/never"}]"#)
+                .await;
+            host.wait_for(HOST_GOT_SLOW).await;
+            host.kill().await;
+            let errors = bridge.json().await;
+            assert_eq!(errors.as_array().map(Vec::len), Some(2), "{}", errors);
+            assert_eq!(errors[0]["id"], "slow", "{}", errors);
+            assert_eq!(errors[1]["id"], 7, "{}", errors);
+            let message = errors[1]["error"]["message"].as_str().unwrap();
+            assert!(message.contains("before answering"), "{}", message);
+            let new_host = HostProcess::start(&socket).await;
+            let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
+            assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
+            let (code, stderr) = bridge.finish().await;
+            assert_eq!(code, Some(0), "{}", stderr);
+            new_host.kill().await;
+        });
+        eprintln!("batch: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
 /// The issue's second report: a host that closes its connections before its
 /// listening socket, so the bridge's first reconnect lands in a backlog
 /// that is never served and is reset at the exit. [`ROUNDS`] times.

@@ -28,7 +28,7 @@ pub const HOLD_LIMIT: usize = 1024 * 1024;
 
 /// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
 /// it is read offline, so that each request in it can be answered.
-const BATCH_LIMIT: usize = HOLD_LIMIT;
+pub(super) const BATCH_LIMIT: usize = HOLD_LIMIT;
 
 /// What becomes of the client line being read offline.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,18 +52,19 @@ pub(super) struct Client<R> {
     /// Client bytes held for the app: whole lines, and the start of the
     /// current one if it is held.
     pub(super) held: Vec<u8>,
-    /// Raw ids of the requests in `held`.
+    /// Raw ids of the requests in `held` (empty: too long to keep).
     pub(super) held_ids: Vec<Vec<u8>>,
-    /// The batch lines in `held` (their requests are answered by the app in
-    /// one array, which the bridge does not follow, so they are not
-    /// pending once delivered; kept to answer them if never delivered).
+    /// The batch lines in `held` (in flight as [`Batches`] once
+    /// delivered).
+    ///
+    /// [`Batches`]: super::pending::Batches
     held_batches: Vec<Vec<u8>>,
     /// Where the current line starts in `held`.
     line_start: usize,
     /// What happens to the current line.
     pub(super) line: LineFate,
     /// The current line when it is a batch (`[`), for answering offline.
-    batch: Option<Vec<u8>>,
+    pub(super) batch: Option<Vec<u8>>,
     /// Error responses to write to stdout at the next chance (whole lines).
     pub(super) owed: Vec<u8>,
     /// The session as the app accepted it, for replay.
@@ -102,9 +103,17 @@ impl<R: AsyncRead + Unpin> Client<R> {
     /// ids to `pending`.
     pub(super) fn take_held(&mut self, pending: &mut Pending) -> Vec<u8> {
         for id in self.held_ids.drain(..) {
-            pending.insert(&id);
+            match id.is_empty() {
+                true => pending.long_id(true),
+                false => pending.insert(&id),
+            }
         }
-        self.held_batches.clear();
+        for batch in self.held_batches.drain(..) {
+            pending.batches.sent(&batch);
+        }
+        // The held start of the current line: the rest is relayed.
+        let seen = self.held.len() - self.line_start;
+        pending.batches.up.carry(self.batch.take(), seen as u64);
         self.line_start = 0;
         std::mem::take(&mut self.held)
     }
@@ -114,8 +123,9 @@ impl<R: AsyncRead + Unpin> Client<R> {
     /// answered when it ends).
     pub(super) fn refuse_held(&mut self, message: &str) {
         for id in self.held_ids.drain(..) {
+            let id = if id.is_empty() { &b"null"[..] } else { &id };
             self.owed
-                .extend_from_slice(&envelope::error_response_line(&id, ERROR_CODE, message));
+                .extend_from_slice(&envelope::error_response_line(id, ERROR_CODE, message));
         }
         for batch in self.held_batches.drain(..) {
             self.owed.extend(batch_errors(&batch, message));
@@ -216,8 +226,8 @@ impl<R: AsyncRead + Unpin> Client<R> {
         let batch = self.batch.take();
         let message = match fate {
             LineFate::Hold => {
-                if let (Kind::Request, Some(id)) = (envelope.kind, envelope.id) {
-                    self.held_ids.push(id);
+                if envelope.kind == Kind::Request {
+                    self.held_ids.push(envelope.id.unwrap_or_default());
                 } else if let Some(batch) = batch {
                     self.held_batches.push(batch);
                 }
@@ -233,9 +243,12 @@ impl<R: AsyncRead + Unpin> Client<R> {
             LineFate::Fail(message) => message,
         };
         match (envelope.kind, envelope.id, batch) {
-            (Kind::Request, Some(id), _) => self
-                .owed
-                .extend_from_slice(&envelope::error_response_line(&id, ERROR_CODE, &message)),
+            // An id too long to keep is one that could not be determined.
+            (Kind::Request, id, _) => self.owed.extend_from_slice(&envelope::error_response_line(
+                id.as_deref().unwrap_or(b"null"),
+                ERROR_CODE,
+                &message,
+            )),
             (_, _, Some(batch)) => self.owed.extend(batch_errors(&batch, &message)),
             _ => {}
         }
@@ -257,7 +270,7 @@ impl Owned {
     }
 }
 
-fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
+pub(super) fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     bytes
         .iter()
@@ -265,18 +278,23 @@ fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
         .find(|b| !matches!(b, b' ' | b'\t' | b'\r'))
 }
 
-/// The raw ids of the requests in a batch line (objects with a `method` and
-/// an `id`), in order.
-pub(super) fn batch_requests(line: &[u8]) -> Vec<Vec<u8>> {
+/// The raw ids of the requests (or, with `responses`, of the responses) in
+/// an array line, in order, each after a `\n` (an id is JSON, so it has
+/// none); a request whose id is too long to keep is `null`.
+pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
     let mut ids = Vec::new();
     let mut scanner = Scanner::new();
     for element in batch_elements(line) {
         let mut element = element.to_vec();
         element.push(b'\n');
-        scanner.feed(&element, |envelope| {
-            if let (Kind::Request, Some(id)) = (envelope.kind, envelope.id) {
-                ids.push(id.to_vec());
-            }
+        let mut push = |id: &[u8]| {
+            ids.push(b'\n');
+            ids.extend_from_slice(id);
+        };
+        scanner.feed(&element, |envelope| match (envelope.kind, envelope.id) {
+            (Kind::Request, id) if !responses => push(id.unwrap_or(b"null")),
+            (Kind::Response | Kind::ErrorResponse, Some(id)) if responses => push(id),
+            _ => {}
         });
     }
     ids
@@ -286,15 +304,18 @@ pub(super) fn batch_requests(line: &[u8]) -> Vec<Vec<u8>> {
 /// one array with an error response per request in it, on one line, or
 /// nothing when it holds no request.
 pub(super) fn batch_errors(line: &[u8], message: &str) -> Vec<u8> {
-    let ids = batch_requests(line);
+    array_of_errors(&batch_ids(line, false), message)
+}
+
+/// One array with an error response per id in `ids` (as [`batch_ids`]
+/// gives them), on one line, or nothing when there is none.
+pub(super) fn array_of_errors(ids: &[u8], message: &str) -> Vec<u8> {
     if ids.is_empty() {
         return Vec::new();
     }
-    let mut out = vec![b'['];
-    for (n, id) in ids.iter().enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
+    let mut out = Vec::new();
+    for id in ids[1..].split(|&b| b == b'\n') {
+        out.push(if out.is_empty() { b'[' } else { b',' });
         envelope::push_error_response(&mut out, id, ERROR_CODE, message);
     }
     out.extend_from_slice(b"]\n");
@@ -347,10 +368,7 @@ mod tests {
     fn a_batch_is_answered_per_request_in_one_array() {
         let line = br#" [{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}, {"id":"x,]","method":"b","params":[1,{"c":"]"}]}]
 "#;
-        assert_eq!(
-            batch_requests(line),
-            vec![b"1".to_vec(), b"\"x,]\"".to_vec()]
-        );
+        assert_eq!(batch_ids(line, false), b"\n1\n\"x,]\"".to_vec());
         let answer = batch_errors(line, "gone");
         let parsed: serde_json::Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(parsed[0]["id"], 1);

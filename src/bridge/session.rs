@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Cursor};
 
-use super::offline::{Client, LineFate, HOLD_LIMIT};
+use super::offline::{array_of_errors, Client, LineFate, HOLD_LIMIT};
 use super::pending::Pending;
 use super::replay::{self, member};
 use super::stale::Filtered;
@@ -441,35 +441,54 @@ where
             let skip = unseen_held.min(chunk.len());
             unseen_held -= skip;
             in_held = skip > 0;
-            up_scanner.feed(&chunk[skip..], |envelope| match envelope.kind {
-                Kind::Request => {
-                    if let Some(id) = envelope.id {
-                        pending.borrow_mut().insert(id);
+            let part = &chunk[skip..];
+            pending
+                .borrow_mut()
+                .batches
+                .up
+                .chunk(part, up_scanner.mid_line());
+            up_scanner.feed(part, |envelope| {
+                let mut pending = pending.borrow_mut();
+                pending.batches.up_line(part, envelope.len);
+                match envelope.kind {
+                    Kind::Request => {
+                        match envelope.id {
+                            Some(id) => pending.insert(id),
+                            None => pending.long_id(true),
+                        }
+                        replay.borrow_mut().client_sent(&envelope);
                     }
-                    replay.borrow_mut().client_sent(&envelope);
-                }
-                Kind::Response | Kind::ErrorResponse => {
-                    if let Some(id) = envelope.id {
-                        app_requests.borrow_mut().client_replied(id);
+                    Kind::Response | Kind::ErrorResponse => {
+                        if let Some(id) = envelope.id {
+                            app_requests.borrow_mut().client_replied(id);
+                        }
                     }
-                }
-                Kind::Notification if envelope.method == Some("notifications/cancelled") => {
-                    let cancelled = envelope
-                        .line
-                        .and_then(|line| member(member(line, "params")?, "requestId"));
-                    if let Some(id) = cancelled {
-                        pending.borrow_mut().remove(id);
+                    Kind::Notification if envelope.method == Some("notifications/cancelled") => {
+                        let cancelled = envelope
+                            .line
+                            .and_then(|line| member(member(line, "params")?, "requestId"));
+                        if let Some(id) = cancelled {
+                            pending.remove(id);
+                        }
                     }
+                    _ => replay.borrow_mut().client_sent(&envelope),
                 }
-                _ => replay.borrow_mut().client_sent(&envelope),
             });
+            pending.borrow_mut().batches.up.chunk_end(part);
         };
         let down_watch = |chunk: &[u8]| {
             if let Some(tap) = down_tap.as_mut() {
                 tap.feed(chunk);
             }
             heard += chunk.len() as u64;
+            pending
+                .borrow_mut()
+                .batches
+                .down
+                .chunk(chunk, down.mid_line());
             down.feed(chunk, |envelope| {
+                let mut pending = pending.borrow_mut();
+                pending.batches.down_line(chunk, envelope.len);
                 lines += 1;
                 let refuses = envelope.kind == Kind::ErrorResponse && envelope.id == Some(b"null");
                 if lines == 1 && refuses {
@@ -478,13 +497,15 @@ where
                 }
                 match (envelope.kind, envelope.id) {
                     (Kind::Response | Kind::ErrorResponse, Some(id)) => {
-                        pending.borrow_mut().remove(id);
+                        pending.remove(id);
                         replay.borrow_mut().app_replied(envelope.kind, id);
                     }
+                    (Kind::Response | Kind::ErrorResponse, None) => pending.long_id(false),
                     (Kind::Request, Some(id)) => app_requests.borrow_mut().app_asked(id),
                     _ => {}
                 }
             });
+            pending.borrow_mut().batches.down.chunk_end(chunk);
         };
         let filtered = Filtered::new(&mut client.stdin, app_requests);
         let client_in = Cursor::new(held).chain(filtered);
@@ -553,6 +574,7 @@ where
         if self.client.up.mid_line() {
             // The start of this line went to the app that closed.
             self.client.line = LineFate::Interrupted;
+            self.client.batch = self.pending.batches.up.take_current();
         }
         let now = Instant::now();
         self.hang_ups.push_back(now);
@@ -598,6 +620,9 @@ where
         let mut out = Vec::new();
         for id in self.pending.drain() {
             out.extend_from_slice(&envelope::error_response_line(&id, ERROR_CODE, message));
+        }
+        for ids in self.pending.batches.drain() {
+            out.extend(array_of_errors(&ids, message));
         }
         self.write_out(&out).await
     }

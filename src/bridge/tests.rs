@@ -747,3 +747,105 @@ fn new_failures_name_their_step_and_say_nothing_twice() {
     assert!(chain.contains("crash-looping: it closed the connection 11 times within 60s"));
     assert!(std::error::Error::source(&crash).is_none());
 }
+
+/// Reads one raw line the app got.
+async fn raw_line(app: &mut App) -> String {
+    let mut line = String::new();
+    within(app.reader.read_line(&mut line)).await.unwrap();
+    line
+}
+
+#[test]
+fn batches_in_flight_at_a_hang_up_get_one_array_of_errors_each() {
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({})).await;
+            // In flight at the hang-up, after a BOM and spaces.
+            let first = "\u{feff} [{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"method\":\"n\"},{\"jsonrpc\":\"2.0\",\"id\":\"b]\",\"method\":\"c\",\"params\":[1]}]\n";
+            h.send_raw(first.as_bytes()).await;
+            assert_eq!(raw_line(&mut app).await, first);
+            // Answered by the app (out of order): owed nothing more.
+            h.send_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"a\"}]\n")
+                .await;
+            raw_line(&mut app).await;
+            app.send(json!([{"jsonrpc":"2.0","id":21,"result":{}},{"jsonrpc":"2.0","id":20,"result":{}}]))
+                .await;
+            assert_eq!(h.line().await[0]["id"], 21);
+            // An object with a batch-like param is no batch.
+            h.send(json!({"jsonrpc":"2.0","id":3,"method":"a","params":[{"jsonrpc":"2.0","id":40,"method":"a"}]}))
+                .await;
+            app.line().await;
+            // Cut by the hang-up.
+            h.send_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":30,\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"id\":31,\"me")
+                .await;
+            let mut start = [0u8; 8];
+            app.reader.read_exact(&mut start).await.unwrap();
+            drop(app);
+            h.open.set(false);
+            assert_eq!(h.line().await["id"], 3);
+            let errors = h.line().await;
+            assert_eq!(
+                errors,
+                json!([
+                    {"jsonrpc":"2.0","id":10,"error":errors[0]["error"]},
+                    {"jsonrpc":"2.0","id":"b]","error":errors[0]["error"]},
+                ])
+            );
+            let message = errors[1]["error"]["message"].as_str().unwrap();
+            assert!(message.contains("before answering"), "{}", message);
+            h.send_raw(b"thod\":\"b\"}]\n").await;
+            let errors = h.line().await;
+            assert_eq!(errors.as_array().unwrap().len(), 2, "{}", errors);
+            assert_eq!(errors[0]["id"], 30);
+            assert_eq!(errors[1]["id"], 31);
+            let message = errors[1]["error"]["message"].as_str().unwrap();
+            assert!(message.contains("being sent"), "{}", message);
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
+    assert!(ended.is_ok(), "{:?}", ended);
+}
+
+#[test]
+fn a_request_whose_id_is_too_long_to_echo_is_answered_with_a_null_id() {
+    let long = |n: u8| json!({"jsonrpc":"2.0","id":format!("{}{}", n, "i".repeat(crate::envelope::ID_CAP)),"method":"a"});
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({})).await;
+            for n in 1..=2 {
+                let (_, request) = future::zip(h.send(long(n)), app.line()).await;
+                assert_eq!(request, long(n));
+            }
+            let answer = reply(&long(1)["id"]);
+            let (_, got) = future::zip(app.send(answer.clone()), h.line()).await;
+            assert_eq!(got, answer);
+            drop(app);
+            h.open.set(false);
+            // The app's answer settled one; the other is owed one answer.
+            let error = h.line().await;
+            assert_eq!(error["id"], Value::Null, "{}", error);
+            assert!(error.get("error").is_some(), "{}", error);
+            // Offline, at once.
+            h.send(long(3)).await;
+            let error = h.line().await;
+            assert_eq!(error["id"], Value::Null, "{}", error);
+            h.send(call(4)).await;
+            h.open.set(true);
+            let mut app = h.app().await;
+            app.accept_replay(json!({}), 1).await;
+            let next = app.line().await;
+            assert_eq!(next["id"], 4);
+            app.send(reply(&next["id"])).await;
+            assert_eq!(h.line().await["id"], 4);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+        },
+    );
+    assert!(ended.is_ok(), "{:?}", ended);
+}
