@@ -156,48 +156,28 @@ where
 /// forwarded unchanged whatever they do, and a watcher that needs whole
 /// lines keeps its own state across chunks (the bridge feeds a JSON-RPC
 /// envelope scanner).
-pub(crate) async fn relay_watched<'a, CR, CW, SR, SW>(
+pub(crate) async fn relay_watched<CR, CW, SR, SW>(
     client_in: CR,
     client_out: CW,
     server_in: SR,
     server_out: SW,
     drain_grace: Duration,
-    mut up: impl FnMut(&[u8]),
-    mut down: impl FnMut(&[u8]),
+    up: impl FnMut(&[u8]),
+    down: impl FnMut(&[u8]),
 ) -> Result<Ending, RelayError>
 where
     CR: AsyncRead + Unpin,
     CW: AsyncWrite + Unpin,
     SR: AsyncRead + Unpin,
-    SW: AsyncWrite + Unpin + 'a,
+    SW: AsyncWrite + Unpin,
 {
-    let (mut client_in, mut client_out, mut server_in) = (client_in, client_out, server_in);
-    relay_dyn(
-        &mut client_in,
-        &mut client_out,
-        &mut server_in,
-        Box::new(server_out),
-        drain_grace,
-        &mut up,
-        &mut down,
-    )
-    .await
-}
-
-/// [`relay_watched`]'s body, compiled once: each caller's streams and
-/// watchers come in as trait objects. Every caller (the bridge online, its
-/// plain relay, `serve`) would otherwise get its own copy of the two pumps
-/// and the drain; the cost is one indirect call per read, write and flush,
-/// nothing beside the system call each of them is.
-async fn relay_dyn(
-    client_in: &mut (dyn AsyncRead + Unpin + '_),
-    client_out: &mut (dyn AsyncWrite + Unpin + '_),
-    server_in: &mut (dyn AsyncRead + Unpin + '_),
-    mut server_out: Box<dyn AsyncWrite + Unpin + '_>,
-    drain_grace: Duration,
-    up: &mut dyn FnMut(&[u8]),
-    down: &mut dyn FnMut(&[u8]),
-) -> Result<Ending, RelayError> {
+    let up = pump(
+        client_in,
+        server_out,
+        Stage::ReadClient,
+        Stage::WriteServer,
+        up,
+    );
     let down = pump(
         server_in,
         client_out,
@@ -205,23 +185,18 @@ async fn relay_dyn(
         Stage::WriteClient,
         down,
     );
+    futures_lite::pin!(up);
     futures_lite::pin!(down);
 
     // Biased towards `down`: when both are ready, replies go out first.
-    let up_ended = {
-        let up = pump(
-            client_in,
-            &mut *server_out,
-            Stage::ReadClient,
-            Stage::WriteServer,
-            up,
-        );
-        future::or(async { Err((&mut down).await) }, async { Ok(up.await) }).await
-    };
+    let up_ended = future::or(async { Err((&mut down).await) }, async {
+        Ok((&mut up).await)
+    })
+    .await;
 
-    match up_ended {
+    let mut server_out = match up_ended {
         Err(down_result) => return down_ending(down_result),
-        Ok(Ok(())) => {}
+        Ok(Ok(server_out)) => server_out,
         // The server is gone while the client is not: what it sent before
         // going may still be unread, and is relayed within the grace. It
         // is the server that closed, not the client.
@@ -232,7 +207,7 @@ async fn relay_dyn(
             };
         }
         Ok(Err(e)) => return Err(e),
-    }
+    };
 
     // Client EOF: tell the server (half-close) and drain in-flight replies,
     // the close and the drain both bounded by one deadline. The close gets
@@ -268,23 +243,27 @@ async fn relay_dyn(
 }
 
 /// Maps the end of the server-to-client pump to the relay's ending.
-fn down_ending(result: Result<(), RelayError>) -> Result<Ending, RelayError> {
+fn down_ending<W>(result: Result<W, RelayError>) -> Result<Ending, RelayError> {
     match result {
-        Ok(()) => Ok(Ending::ServerClosed),
+        Ok(_) => Ok(Ending::ServerClosed),
         Err(e) if e.stage == Stage::WriteClient && is_hangup(&e.source) => Ok(Ending::ClientGone),
         Err(e) => Err(e),
     }
 }
 
-/// Copies `reader` to `writer` until EOF, forwarding each read at once,
-/// and flushes.
-async fn pump(
-    reader: &mut (dyn AsyncRead + Unpin + '_),
-    writer: &mut (dyn AsyncWrite + Unpin + '_),
+/// Copies `reader` to `writer` until EOF, forwarding each read at once.
+/// Returns the writer, flushed, so the caller can close it.
+async fn pump<R, W>(
+    mut reader: R,
+    mut writer: W,
     read_stage: Stage,
     write_stage: Stage,
-    watch: &mut dyn FnMut(&[u8]),
-) -> Result<(), RelayError> {
+    mut watch: impl FnMut(&[u8]),
+) -> Result<W, RelayError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = vec![0u8; BUFFER_SIZE];
     let write_error = |source| RelayError {
         stage: write_stage,
@@ -308,7 +287,8 @@ async fn pump(
         writer.write_all(&buf[..n]).await.map_err(write_error)?;
         writer.flush().await.map_err(write_error)?;
     }
-    writer.flush().await.map_err(write_error)
+    writer.flush().await.map_err(write_error)?;
+    Ok(writer)
 }
 
 #[cfg(test)]
