@@ -685,31 +685,54 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    enum Step<T> {
-        Done(T),
-        Read(Result<bool, BridgeError>),
+    // The loop is compiled once for every kind of work (a connect, a
+    // pause, a resume attempt): it sees the work as a future of no output,
+    // which leaves the output here.
+    let mut output = None;
+    {
+        let work = async {
+            output = Some(work.await);
+        };
+        futures_lite::pin!(work);
+        hold(client, stdout, log, eof_grace, work).await?;
     }
-    futures_lite::pin!(work);
+    Ok(output.map_or(Held::Eof, Held::Done))
+}
+
+/// [`hold_while`]'s loop: returns when `work` is done, or at the end of
+/// stdin as [`hold_while`] says (with `work` unfinished).
+async fn hold<R, W>(
+    client: &mut Client<R>,
+    stdout: &mut W,
+    log: Option<&TrafficLog>,
+    eof_grace: Duration,
+    mut work: std::pin::Pin<&mut dyn Future<Output = ()>>,
+) -> Result<(), BridgeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     loop {
         let owed = std::mem::take(&mut client.owed);
         write_out(stdout, log, &owed).await?;
         if let Some(eof) = client.eof {
-            if !client.holds_requests() {
-                return Ok(Held::Eof);
+            if client.holds_requests() {
+                let left = (eof + eof_grace).saturating_duration_since(Instant::now());
+                wait::timeout(left, work).await;
             }
-            let left = (eof + eof_grace).saturating_duration_since(Instant::now());
-            return Ok(match wait::timeout(left, work).await {
-                Some(done) => Held::Done(done),
-                None => Held::Eof,
-            });
+            return Ok(());
         }
-        let step = future::or(async { Step::Done((&mut work).await) }, async {
-            Step::Read(client.read_offline(&LineFate::Hold).await)
-        })
+        let done = future::or(
+            async {
+                (&mut work).await;
+                None
+            },
+            async { Some(client.read_offline(&LineFate::Hold).await) },
+        )
         .await;
-        match step {
-            Step::Done(done) => return Ok(Held::Done(done)),
-            Step::Read(read) => {
+        match done {
+            None => return Ok(()),
+            Some(read) => {
                 read?;
             }
         }
