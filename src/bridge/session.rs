@@ -67,7 +67,7 @@ use super::offline::{Client, LineFate, HOLD_LIMIT};
 use super::pending::Pending;
 use super::replay::{self, member};
 use super::stale::Filtered;
-use super::{BridgeError, Config, Connector, ERROR_CODE};
+use super::{BridgeError, Config, Connector, DynRead, DynWatch, DynWrite, ERROR_CODE};
 use crate::envelope::{self, Kind, Scanner};
 use crate::relay::{self, Ending, Stage};
 use crate::stdio::Hangups;
@@ -487,16 +487,17 @@ where
             });
         };
         let filtered = Filtered::new(&mut client.stdin, app_requests);
-        let client_in = Cursor::new(held).chain(filtered);
-        let app_in = Cursor::new(forward).chain(reader);
+        let mut client_in = Cursor::new(held).chain(filtered);
+        let mut app_in = Cursor::new(forward).chain(reader);
+        let (mut up, mut down_watch) = (up, down_watch);
         let relayed = relay::relay_watched(
-            client_in,
-            &mut self.stdout,
-            app_in,
-            writer,
+            &mut client_in as &mut DynRead<'_>,
+            &mut self.stdout as &mut DynWrite<'_>,
+            &mut app_in as &mut DynRead<'_>,
+            Box::new(writer) as Box<DynWrite<'_>>,
             self.config.drain_grace,
-            up,
-            down_watch,
+            &mut up as &mut DynWatch<'_>,
+            &mut down_watch as &mut DynWatch<'_>,
         );
         // stdin's writers gone while the relay cannot read it (blocked
         // sending to an app that stopped reading): the drain grace starts
