@@ -344,6 +344,17 @@ where
         .await
 }
 
+/// The streams and watchers the session and the plain relay hand to
+/// [`relay::relay_watched`]: as trait objects, so that both get one copy of
+/// the relay, not one per set of stream types (an indirect call per read,
+/// write and flush is nothing beside the system call each of them is).
+/// `serve` keeps its own copy, whose future must be `Send`.
+pub(crate) type DynRead<'a> = dyn AsyncRead + Unpin + 'a;
+/// See [`DynRead`].
+pub(crate) type DynWrite<'a> = dyn AsyncWrite + Unpin + 'a;
+/// See [`DynRead`].
+pub(crate) type DynWatch<'a> = dyn FnMut(&[u8]) + 'a;
+
 /// A connection attempt's future, borrowing its connector.
 pub(crate) type Connecting<'a, AR, AW> =
     Pin<Box<dyn Future<Output = Result<(AR, AW), BridgeError>> + 'a>>;

@@ -16,8 +16,43 @@
 //! [`Batches`] does the same for batch arrays: a batch is answered by the
 //! app with one array, so it is in flight until an array answering any of
 //! its requests comes back, and owed one array of errors otherwise.
+//!
+//! The ids are hashed with FNV-1a ([`IdHasher`]), not std's SipHash with
+//! random keys: SipHash's keys defend a map against keys chosen to collide,
+//! but every id here comes from the client, the one party the bridge
+//! serves, which could only slow its own session down; std's hasher and
+//! its key setup cost the bridge-only build 2.5 KB.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a, 64 bits: a hash of a few lines with no key, good enough for ids
+/// (see the [module docs](self) for why no keyed hash is needed).
+pub(crate) struct IdHasher(u64);
+
+impl Default for IdHasher {
+    fn default() -> Self {
+        IdHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map keyed by raw ids.
+pub(crate) type IdMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<IdHasher>>;
+
+/// A set of raw ids.
+pub(crate) type IdSet = HashSet<Vec<u8>, BuildHasherDefault<IdHasher>>;
 
 use super::offline::{batch_ids, first_byte_after_space, BATCH_LIMIT};
 
@@ -33,7 +68,7 @@ pub(crate) const PENDING_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) struct Pending {
     /// Id -> its sequence number, which tells a current entry of `order`
     /// from a stale one.
-    ids: HashMap<Vec<u8>, u64>,
+    ids: IdMap<u64>,
     /// Ids in the order they were sent, with their sequence number; entries
     /// of ids answered since are stale and skipped (and compacted away).
     order: VecDeque<(u64, Vec<u8>)>,

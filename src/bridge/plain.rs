@@ -7,7 +7,7 @@
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 
-use super::{BridgeError, Config, Connector};
+use super::{BridgeError, Config, Connector, DynRead, DynWatch, DynWrite};
 use crate::envelope::{Kind, Scanner};
 use crate::relay::{self, Ending};
 use crate::stdio::Hangups;
@@ -63,14 +63,16 @@ where
             }
         });
     };
+    let (mut stdin, mut stdout, mut reader) = (stdin, stdout, reader);
+    let (mut up, mut down_watch) = (up, down_watch);
     let relayed = relay::relay_watched(
-        stdin,
-        stdout,
-        reader,
-        writer,
+        &mut stdin as &mut DynRead<'_>,
+        &mut stdout as &mut DynWrite<'_>,
+        &mut reader as &mut DynRead<'_>,
+        Box::new(writer) as Box<DynWrite<'_>>,
         config.drain_grace,
-        up,
-        down_watch,
+        &mut up as &mut DynWatch<'_>,
+        &mut down_watch as &mut DynWatch<'_>,
     );
     let grace = config.drain_grace;
     let input_closed = async {

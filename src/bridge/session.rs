@@ -67,7 +67,7 @@ use super::offline::{array_of_errors, Client, LineFate, HOLD_LIMIT};
 use super::pending::Pending;
 use super::replay::{self, member};
 use super::stale::Filtered;
-use super::{BridgeError, Config, Connector, ERROR_CODE};
+use super::{BridgeError, Config, Connector, DynRead, DynWatch, DynWrite, ERROR_CODE};
 use crate::envelope::{self, Kind, Scanner};
 use crate::relay::{self, Ending, Stage};
 use crate::stdio::Hangups;
@@ -508,16 +508,17 @@ where
             pending.borrow_mut().batches.down.chunk_end(chunk);
         };
         let filtered = Filtered::new(&mut client.stdin, app_requests);
-        let client_in = Cursor::new(held).chain(filtered);
-        let app_in = Cursor::new(forward).chain(reader);
+        let mut client_in = Cursor::new(held).chain(filtered);
+        let mut app_in = Cursor::new(forward).chain(reader);
+        let (mut up, mut down_watch) = (up, down_watch);
         let relayed = relay::relay_watched(
-            client_in,
-            &mut self.stdout,
-            app_in,
-            writer,
+            &mut client_in as &mut DynRead<'_>,
+            &mut self.stdout as &mut DynWrite<'_>,
+            &mut app_in as &mut DynRead<'_>,
+            Box::new(writer) as Box<DynWrite<'_>>,
             self.config.drain_grace,
-            up,
-            down_watch,
+            &mut up as &mut DynWatch<'_>,
+            &mut down_watch as &mut DynWatch<'_>,
         );
         // stdin's writers gone while the relay cannot read it (blocked
         // sending to an app that stopped reading): the drain grace starts
@@ -710,31 +711,54 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    enum Step<T> {
-        Done(T),
-        Read(Result<bool, BridgeError>),
+    // The loop is compiled once for every kind of work (a connect, a
+    // pause, a resume attempt): it sees the work as a future of no output,
+    // which leaves the output here.
+    let mut output = None;
+    {
+        let work = async {
+            output = Some(work.await);
+        };
+        futures_lite::pin!(work);
+        hold(client, stdout, log, eof_grace, work).await?;
     }
-    futures_lite::pin!(work);
+    Ok(output.map_or(Held::Eof, Held::Done))
+}
+
+/// [`hold_while`]'s loop: returns when `work` is done, or at the end of
+/// stdin as [`hold_while`] says (with `work` unfinished).
+async fn hold<R, W>(
+    client: &mut Client<R>,
+    stdout: &mut W,
+    log: Option<&TrafficLog>,
+    eof_grace: Duration,
+    mut work: std::pin::Pin<&mut dyn Future<Output = ()>>,
+) -> Result<(), BridgeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     loop {
         let owed = std::mem::take(&mut client.owed);
         write_out(stdout, log, &owed).await?;
         if let Some(eof) = client.eof {
-            if !client.holds_requests() {
-                return Ok(Held::Eof);
+            if client.holds_requests() {
+                let left = (eof + eof_grace).saturating_duration_since(Instant::now());
+                wait::timeout(left, work).await;
             }
-            let left = (eof + eof_grace).saturating_duration_since(Instant::now());
-            return Ok(match wait::timeout(left, work).await {
-                Some(done) => Held::Done(done),
-                None => Held::Eof,
-            });
+            return Ok(());
         }
-        let step = future::or(async { Step::Done((&mut work).await) }, async {
-            Step::Read(client.read_offline(&LineFate::Hold).await)
-        })
+        let done = future::or(
+            async {
+                (&mut work).await;
+                None
+            },
+            async { Some(client.read_offline(&LineFate::Hold).await) },
+        )
         .await;
-        match step {
-            Step::Done(done) => return Ok(Held::Done(done)),
-            Step::Read(read) => {
+        match done {
+            None => return Ok(()),
+            Some(read) => {
                 read?;
             }
         }

@@ -12,7 +12,6 @@
 //! id takes it back: from then on a reply with that id is its.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,6 +20,7 @@ use futures_lite::io::AsyncRead;
 use futures_lite::ready;
 
 use super::offline::HOLD_LIMIT;
+use super::pending::IdSet;
 use crate::envelope::{Kind, Scanner};
 use crate::io::BUFFER_SIZE;
 
@@ -32,8 +32,8 @@ pub(super) const STALE_LIMIT: usize = 4096;
 /// of instances that are gone (`stale`).
 #[derive(Debug, Default)]
 pub(super) struct AppRequests {
-    pub(super) open: HashSet<Vec<u8>>,
-    pub(super) stale: HashSet<Vec<u8>>,
+    pub(super) open: IdSet,
+    pub(super) stale: IdSet,
 }
 
 impl AppRequests {

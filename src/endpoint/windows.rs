@@ -235,6 +235,7 @@ pub(crate) struct PipeWriter {
 
 /// How often a connection's far end is asked whether it has closed (see
 /// [`PipeReader::hangup`]).
+#[cfg_attr(not(feature = "host"), allow(dead_code))] // host and serve only
 const HANGUP_POLL: Duration = Duration::from_millis(100);
 
 impl PipeReader {
@@ -246,6 +247,7 @@ impl PipeReader {
     /// whether a peek fails with a hang-up error (what Wine reports, once
     /// nothing is left unread). Never completes if the pipe cannot be
     /// asked.
+    #[cfg_attr(not(feature = "host"), allow(dead_code))] // host and serve only
     pub(crate) fn hangup(&self) -> impl Future<Output = ()> + Send + 'static {
         let pipe = self.pipe.clone();
         async move {
@@ -394,6 +396,7 @@ impl AsyncWrite for PipeWriter {
 
 /// The most threads `blocking`'s pool runs, as it reads them:
 /// `BLOCKING_MAX_THREADS` if set to a number (held to 1..=10000), else 500.
+#[cfg_attr(not(feature = "host"), allow(dead_code))] // host and serve only
 pub(crate) fn pool_threads() -> usize {
     std::env::var("BLOCKING_MAX_THREADS")
         .ok()
@@ -404,6 +407,7 @@ pub(crate) fn pool_threads() -> usize {
 /// The most pipe connections a host keeps open at once: a fifth of the
 /// pool, since each may pin two of its threads (a read always, a write while
 /// the peer does not read). 100 with the default pool.
+#[cfg_attr(not(feature = "host"), allow(dead_code))] // host and serve only
 pub(crate) fn pipe_connections_allowed() -> usize {
     (pool_threads() / 5).max(1)
 }
@@ -417,6 +421,7 @@ pub(crate) fn pipe_connections_allowed() -> usize {
 /// every other pipe connection pinning two, that is 94% of the pool, the
 /// rest left for accepting, stdio and the log: 90 with the default pool
 /// (450 + 20 threads of 500).
+#[cfg_attr(not(feature = "host"), allow(dead_code))] // host and serve only
 pub(crate) fn serve_connections_allowed() -> usize {
     (pipe_connections_allowed() * 9 / 10).max(1)
 }
@@ -985,6 +990,7 @@ mod tests {
     /// The per-instance check, for real: the process serving the app's
     /// pipe is this one, run by our user at our integrity level, so it is
     /// trusted; it is refused when our user is not among the trusted.
+    #[cfg(feature = "host")]
     #[test]
     fn the_instance_is_served_by_our_own_process() {
         let path = unique_pipe("instance");

@@ -375,6 +375,12 @@ impl Scanner {
     /// Scans the next `chunk` of the stream, calling `on_line` with the
     /// envelope of every line whose `\n` is in it, in order.
     pub(crate) fn feed(&mut self, chunk: &[u8], mut on_line: impl FnMut(Envelope<'_>)) {
+        self.scan(chunk, &mut on_line);
+    }
+
+    /// [`Scanner::feed`]'s body, compiled once for all its callers (an
+    /// indirect call per line is nothing beside scanning it).
+    fn scan(&mut self, chunk: &[u8], on_line: &mut dyn FnMut(Envelope<'_>)) {
         self.line_from = 0;
         let mut i = 0;
         while i < chunk.len() {
@@ -390,7 +396,7 @@ impl Scanner {
                         };
                     }
                     StringEnd::Newline(at) => {
-                        self.end_line(chunk, at, &mut on_line);
+                        self.end_line(chunk, at, on_line);
                         i = at + 1;
                     }
                     StringEnd::Escape => {
@@ -402,17 +408,17 @@ impl Scanner {
                 State::Escape(level, text) => {
                     // A chunk ended right after a `\`; see `skip_string`.
                     if b == b'\n' {
-                        self.end_line(chunk, i, &mut on_line);
+                        self.end_line(chunk, i, on_line);
                     } else {
                         self.state = State::Str(level, text);
                     }
                     i += 1;
                 }
-                State::Nested(level) => i = self.skip_nested(level, chunk, i, &mut on_line),
+                State::Nested(level) => i = self.skip_nested(level, chunk, i, on_line),
                 State::Bad => match find_newline(&chunk[i..]) {
                     None => i = chunk.len(),
                     Some(n) => {
-                        self.end_line(chunk, i + n, &mut on_line);
+                        self.end_line(chunk, i + n, on_line);
                         i += n + 1;
                     }
                 },
@@ -439,7 +445,7 @@ impl Scanner {
                         b'{' => self.state = State::FirstKey(Level::Top),
                         0xEF if self.len == 0 && i == self.line_from => self.state = State::Bom(1),
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -449,7 +455,7 @@ impl Scanner {
                     match b {
                         _ if b == BOM[seen as usize] && seen == 2 => self.state = State::LineStart,
                         _ if b == BOM[seen as usize] => self.state = State::Bom(seen + 1),
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -459,7 +465,7 @@ impl Scanner {
                         b'"' => self.open_key(level, i),
                         b'}' if self.state == State::FirstKey(level) => self.close_object(level),
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -468,7 +474,7 @@ impl Scanner {
                     match b {
                         b':' => self.state = State::Value(level),
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -476,7 +482,7 @@ impl Scanner {
                 State::Value(level) => {
                     match b {
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.open_value(level, chunk, i),
                     }
                     i += 1;
@@ -486,7 +492,7 @@ impl Scanner {
                         b',' => self.state = State::NextKey(level),
                         b'}' => self.close_object(level),
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -494,7 +500,7 @@ impl Scanner {
                 State::AfterObject => {
                     match b {
                         b' ' | b'\t' | b'\r' => {}
-                        b'\n' => self.end_line(chunk, i, &mut on_line),
+                        b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
                     i += 1;
@@ -532,7 +538,7 @@ impl Scanner {
         level: Level,
         chunk: &[u8],
         mut i: usize,
-        on_line: &mut impl FnMut(Envelope<'_>),
+        on_line: &mut dyn FnMut(Envelope<'_>),
     ) -> usize {
         // In a local while the loop runs: one bracket per few bytes here.
         let mut depth = self.depth;
@@ -810,7 +816,7 @@ impl Scanner {
     }
 
     /// The line's `\n` is `chunk[at]`.
-    fn end_line(&mut self, chunk: &[u8], at: usize, on_line: &mut impl FnMut(Envelope<'_>)) {
+    fn end_line(&mut self, chunk: &[u8], at: usize, on_line: &mut dyn FnMut(Envelope<'_>)) {
         if let Some(record) = &mut self.record {
             record.push(&chunk[self.line_from..=at]);
         }
