@@ -14,8 +14,11 @@ use std::time::{Duration, Instant};
 use async_io::Timer;
 use futures_lite::future;
 
+mod bridge;
 #[cfg(unix)]
 mod listener;
+#[cfg(all(unix, feature = "serve"))]
+mod serve;
 #[cfg(unix)]
 mod unix;
 // Only the test binaries that run a recording listener use it.
@@ -24,6 +27,12 @@ mod unix;
 pub use listener::*;
 #[cfg(unix)]
 pub use unix::*;
+// Only the test binaries that spawn bridges or serve use these.
+#[allow(unused_imports)]
+pub use bridge::*;
+#[cfg(all(unix, feature = "serve"))]
+#[allow(unused_imports)]
+pub use serve::*;
 
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
@@ -33,6 +42,37 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 /// generous, because a loaded 2-core CI machine can starve a freshly
 /// spawned process for seconds.
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// How often a test that waits for something looks again.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Waits until `done` holds, looking every [`POLL`]; fails the test after
+/// [`HANG_GUARD`], naming `what` it waited for.
+pub fn until(what: &str, done: impl FnMut() -> bool) {
+    until_with(what, done, String::new)
+}
+
+/// [`until`], adding `context()` (what the test has seen so far, such as
+/// a process's stderr) to the failure message.
+pub fn until_with(what: &str, mut done: impl FnMut() -> bool, context: impl FnOnce() -> String) {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > HANG_GUARD {
+            panic!("no {} within {:?}\n{}", what, HANG_GUARD, context());
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// [`until`] for async tests: waits without blocking the executor.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    within(what, async {
+        while !done() {
+            Timer::after(POLL).await;
+        }
+    })
+    .await
+}
 
 /// Runs `work` to completion, failing the test if it takes longer than
 /// [`HANG_GUARD`]; `what` names what was awaited in the failure message.

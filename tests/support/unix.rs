@@ -174,3 +174,11 @@ pub async fn stops_running(pid: u32) {
     })
     .await
 }
+
+/// Whether process `pid` exists, a zombie included: a child its parent has
+/// yet to reap still counts, which is what a test of the reaping asks (see
+/// [`is_running`] for whether it still runs).
+pub fn exists(pid: u32) -> bool {
+    rustix::process::Pid::from_raw(pid as i32)
+        .map_or(false, |pid| rustix::process::test_kill_process(pid).is_ok())
+}
