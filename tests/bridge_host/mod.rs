@@ -31,13 +31,28 @@ pub struct Connection {
     pub writer: UnixStream,
 }
 
+/// Whether the socket file at `path` has no listener behind it.
+fn is_stale(path: &Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) => e.kind() == io::ErrorKind::ConnectionRefused,
+        Ok(_) => false,
+    }
+}
+
 impl Listener {
+    /// Listens at `path`, replacing a stale socket file there (one whose
+    /// listener is gone, as a SIGKILLed app leaves it), as the library's
+    /// host does when an app restarts.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<Listener> {
         let path = path.as_ref().to_path_buf();
-        Ok(Listener {
-            socket: UnixListener::bind(&path)?,
-            path,
-        })
+        let socket = match UnixListener::bind(&path) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && is_stale(&path) => {
+                std::fs::remove_file(&path)?;
+                UnixListener::bind(&path)?
+            }
+            result => result?,
+        };
+        Ok(Listener { socket, path })
     }
 
     /// The next bridge that connects and sends a valid handshake line; a
