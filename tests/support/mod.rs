@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::process::{Child, Output};
+use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
@@ -93,13 +93,45 @@ pub async fn within_limit<T>(limit: Duration, what: &str, work: impl Future<Outp
 /// The child's output once it exits; killed (and the test failed) if it
 /// has not exited within [`HANG_GUARD`]. `what` names it in the failure.
 pub fn wait_output(mut child: Child, what: &str) -> Output {
+    wait_exit(&mut child, what);
+    child.wait_with_output().unwrap()
+}
+
+/// Waits for the child to exit; kills it and fails the test, with its
+/// stderr if that is still piped here, if it has not exited within
+/// [`HANG_GUARD`]. `what` names it in the failure.
+pub fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    wait_exit_with(child, what, |child| {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        stderr
+    })
+}
+
+/// [`wait_exit`], the failure message adding `context(child)` (called once
+/// the child is killed and reaped, so its pipes are at their end).
+pub fn wait_exit_with(
+    child: &mut Child,
+    what: &str,
+    context: impl FnOnce(&mut Child) -> String,
+) -> ExitStatus {
     let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
         if started.elapsed() > HANG_GUARD {
             let _ = child.kill();
-            panic!("{} did not exit within {:?}", what, HANG_GUARD);
+            let _ = child.wait();
+            panic!(
+                "{} did not exit within {:?}; stderr: {}",
+                what,
+                HANG_GUARD,
+                context(child)
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    child.wait_with_output().unwrap()
 }
