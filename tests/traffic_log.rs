@@ -13,11 +13,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::process::Signal;
 
-use support::{is_root, serve_program, Serve, Stderr, TempDir, BIN, HANG_GUARD, NOBODY};
+use support::{
+    is_root, serve_program, wait_exit_with, Serve, Stderr, TempDir, BIN, HANG_GUARD, NOBODY,
+};
 
 /// Serves `cat` (which echoes every line back) on `socket`, logging to
 /// `log`, with `env` set.
@@ -372,27 +374,17 @@ impl Running {
     /// Waits for the exit (failing the test after [`HANG_GUARD`]) and for
     /// the last of its output.
     fn finish(mut self) -> Ran {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "still running after {:?}; stderr: {}",
-                    HANG_GUARD,
-                    String::from_utf8_lossy(&self.stderr.join().unwrap())
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let mut stderr = Some(self.stderr);
+        let mut stderr_text = || {
+            let bytes = stderr.take().unwrap().join().unwrap();
+            String::from_utf8_lossy(&bytes).into_owned()
         };
+        let status = wait_exit_with(&mut self.child, "the bridge", |_| stderr_text());
         self.feeder.join().unwrap();
         Ran {
             status,
             stdout: self.stdout.map_or_else(Vec::new, |h| h.join().unwrap()),
-            stderr: String::from_utf8_lossy(&self.stderr.join().unwrap()).into_owned(),
+            stderr: stderr_text(),
         }
     }
 }
