@@ -1,9 +1,13 @@
 //! Helpers shared by the integration tests (each test file includes this
-//! module and uses only part of it).
+//! module and uses only part of it): one hang guard ([`HANG_GUARD`], with
+//! [`within`]), one way to wait for something ([`until`], [`eventually`],
+//! [`wait_exit`]), the bridge as a CLI spawns it (`bridge.rs`), and
+//! `mcp-bridge serve` (`serve.rs`, with the `serve` feature).
 //!
-//! This file is platform-neutral, so any test file can include it; what
-//! only Unix has (temporary directories with modes, foreign users, the
-//! recording listener) is in `unix.rs` and `listener.rs`, re-exported here
+//! This file and `bridge.rs` are platform-neutral, so any test file can
+//! include them; what only Unix has (temporary directories with modes,
+//! foreign users, processes by pid, the recording listener, serve's
+//! signals) is in `unix.rs`, `listener.rs` and `serve.rs`, re-exported here
 //! on Unix.
 #![allow(dead_code)]
 
