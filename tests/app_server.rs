@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{is_running, stops_running, within};
+use support::{eventually, is_running, stops_running, within, HANG_GUARD};
 
 use futures_lite::future;
 use futures_lite::io::Cursor;
@@ -18,9 +18,6 @@ use mcp_bridge::app_server::{
 };
 use rustix::process::{test_kill_process, Pid};
 use serde_json::{json, Value};
-
-/// A budget no healthy run comes near; only a hang exceeds it.
-const GENEROUS: Duration = Duration::from_secs(30);
 
 /// A shutdown grace for children that are expected to exit at end of input, so that a
 /// test never waits out the default one.
@@ -40,7 +37,7 @@ fn sh(script: &str) -> Command {
 
 fn spawn_client(script: &str) -> AppServerClient {
     AppServerClient::builder()
-        .request_timeout(GENEROUS)
+        .request_timeout(HANG_GUARD)
         .spawn(sh(script), "fake-app-server")
         .expect("sh should spawn")
 }
@@ -114,7 +111,7 @@ fn wait_for_response_line_skips_invalid_foreign_and_child_request_lines() {
         );
         let mut lines = LineReader::new(Cursor::new(stdout.as_bytes().to_vec()));
 
-        let line = wait_for_response_line(&mut lines, &"req-1".into(), GENEROUS)
+        let line = wait_for_response_line(&mut lines, &"req-1".into(), HANG_GUARD)
             .await
             .unwrap();
 
@@ -128,7 +125,7 @@ fn wait_for_response_line_reports_termination_at_end_of_stream() {
         let stdout = b"{\"id\":\"other\",\"result\":{}}\n".to_vec();
         let mut lines = LineReader::new(Cursor::new(stdout));
 
-        let result = wait_for_response_line(&mut lines, &"req-1".into(), GENEROUS).await;
+        let result = wait_for_response_line(&mut lines, &"req-1".into(), HANG_GUARD).await;
 
         assert!(
             matches!(result, Err(AppServerError::ProcessTerminated { .. })),
@@ -304,7 +301,7 @@ fn error_answers_and_the_codex_wire_format_omit_the_version() {
         cat > /dev/null"#;
         let client = AppServerClient::builder()
             .omit_jsonrpc_version()
-            .request_timeout(GENEROUS)
+            .request_timeout(HANG_GUARD)
             .spawn(sh(script), "codex-like")
             .unwrap();
         let incoming = client.incoming();
@@ -441,7 +438,7 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
         )
         .await;
 
-        // Far below the requests' own timeout (GENEROUS, 30 s).
+        // Far below the requests' own timeout (HANG_GUARD, 30 s).
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "took {:?}",
@@ -477,7 +474,7 @@ fn a_line_over_the_limit_is_an_error_not_an_allocation() {
         cat > /dev/null"#;
         let client = AppServerClient::builder()
             .max_line_length(1000)
-            .request_timeout(GENEROUS)
+            .request_timeout(HANG_GUARD)
             .spawn(sh(script), "verbose")
             .unwrap();
 
@@ -634,7 +631,7 @@ fn a_60_mb_line_of_small_values_is_refused_before_it_is_decoded() {
         // Checking 60 MB of JSON takes ~15 s in an unoptimized test build, so this
         // request's hang guard is longer than the others'.
         let client = AppServerClient::builder()
-            .request_timeout(4 * GENEROUS)
+            .request_timeout(4 * HANG_GUARD)
             .spawn(sh(script), "big-line")
             .unwrap();
 
@@ -1082,11 +1079,8 @@ fn dropping_a_client_closes_its_pipes_while_an_escaped_grandchild_holds_them() {
         // `$!` is known from the fork on; `setsid` takes it out of the group a little
         // later, and the drop would still stop it before then.
         let group = Pid::from_raw(client.process_id().unwrap() as i32);
-        within("the grandchild to leave the group", async {
-            let pid = Pid::from_raw(pid as i32);
-            while rustix::process::getpgid(pid).ok() == group {
-                async_io::Timer::after(Duration::from_millis(10)).await;
-            }
+        eventually("the grandchild to leave the group", || {
+            rustix::process::getpgid(Pid::from_raw(pid as i32)).ok() != group
         })
         .await;
         let pipes = stdio_pipes(pid);
@@ -1094,10 +1088,8 @@ fn dropping_a_client_closes_its_pipes_while_an_escaped_grandchild_holds_them() {
 
         drop(client);
 
-        within("the client's pipes to close", async {
-            while !held_by_us(&pipes).is_empty() {
-                async_io::Timer::after(Duration::from_millis(10)).await;
-            }
+        eventually("the client's pipes to close", || {
+            held_by_us(&pipes).is_empty()
         })
         .await;
         assert!(

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{TempDir, BIN, HANG_GUARD};
+use support::{wait_exit, TempDir, BIN};
 
 /// The bridge under test, set up as `mcp-server` against `endpoint`.
 fn bridge(endpoint: &Path, extra: &[&str]) -> Command {
@@ -41,28 +41,10 @@ fn spawn_bridge(endpoint: &Path) -> Child {
 }
 
 /// Waits for `child` to exit, killing it and failing the test (with its
-/// stderr) after [`HANG_GUARD`]. A test that expects a prompt exit says so
-/// with a bound of its own.
+/// stderr) after [`HANG_GUARD`](support::HANG_GUARD). A test that expects a
+/// prompt exit says so with a bound of its own.
 fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > HANG_GUARD {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            panic!(
-                "mcp-bridge still running after {:?}; its stderr: {}",
-                HANG_GUARD, stderr
-            );
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_exit(child, "mcp-bridge")
 }
 
 fn stderr_of(child: &mut Child) -> String {

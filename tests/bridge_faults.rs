@@ -7,12 +7,11 @@ mod bridge_host;
 mod support;
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use bridge_host::{Connection, Listener};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use smol::process::{Child, Command};
-use support::{within, TempDir, BIN};
+use support::{eventually, within, TempDir, BIN};
 
 fn bridge(socket: &std::path::Path, stdin: Stdio) -> Command {
     let mut command = Command::new(BIN);
@@ -33,12 +32,12 @@ fn bridge(socket: &std::path::Path, stdin: Stdio) -> Command {
 /// of it is full.
 async fn blocked_in_pipe_write(pid: u32) {
     let wchan = format!("/proc/{}/wchan", pid);
-    while !std::fs::read_to_string(&wchan)
-        .unwrap_or_default()
-        .contains("pipe_write")
-    {
-        async_io::Timer::after(Duration::from_millis(10)).await;
-    }
+    eventually(&format!("process {} to block in a pipe write", pid), || {
+        std::fs::read_to_string(&wchan)
+            .unwrap_or_default()
+            .contains("pipe_write")
+    })
+    .await
 }
 
 /// The bridge's exit status and stderr, once it exits within the guard.
@@ -77,7 +76,7 @@ fn a_dead_writer_ends_the_bridge_while_the_app_is_not_reading() {
         )
         .await
         .unwrap();
-        within("the writer to block", blocked_in_pipe_write(writer.id())).await;
+        blocked_in_pipe_write(writer.id()).await;
         writer.kill().unwrap();
         writer.wait().unwrap();
         let (status, stderr) = exit_of(child).await;

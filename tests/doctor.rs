@@ -15,14 +15,14 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use futures_lite::{future, StreamExt};
 use mcp_bridge::host::Listener;
 use serde_json::{json, Value};
 
-use support::{RecordingListener, TempDir, BIN, HANG_GUARD, NOBODY};
+use support::{until, wait_output, RecordingListener, TempDir, BIN, HANG_GUARD, NOBODY};
 
 /// How the test host behaves once a client has connected.
 #[derive(Debug, Clone, Copy)]
@@ -133,7 +133,7 @@ fn doctor_with(args: &[&str], log: Option<&Path>) -> Output {
     if let Some(log) = log {
         command.env("MCP_BRIDGE_LOG", log);
     }
-    let mut child = command
+    let child = command
         .arg("doctor")
         .args(args)
         .stdin(Stdio::null())
@@ -141,15 +141,7 @@ fn doctor_with(args: &[&str], log: Option<&Path>) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > HANG_GUARD {
-            let _ = child.kill();
-            panic!("doctor {:?} still running after {:?}", args, HANG_GUARD);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    wait_output(child, &format!("doctor {:?}", args))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -599,11 +591,7 @@ fn doctor_waits_for_the_app_with_connect_timeout() {
         .unwrap();
     // The log is opened before the connect step starts: the app comes up
     // after doctor began looking for it.
-    let start = Instant::now();
-    while !log.exists() {
-        assert!(start.elapsed() < HANG_GUARD, "doctor never opened its log");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until("doctor to open its log", || log.exists());
     let _host = Host::start(&socket, Behaviour::Healthy);
     let output = child.wait_with_output().unwrap();
     let report = text(&output.stdout);

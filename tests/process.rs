@@ -8,15 +8,12 @@ mod support;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{is_running, stops_running, within};
+use support::{is_running, stops_running, within, HANG_GUARD};
 
 use futures_lite::io::{AsyncBufReadExt, BufReader};
 use futures_lite::StreamExt;
 use mcp_bridge::process::{self, spawn_group, GroupChild};
 use rustix::process::{test_kill_process, Pid, Signal};
-
-/// A budget no healthy run comes near; only a hang exceeds it.
-const GENEROUS: Duration = Duration::from_secs(30);
 
 /// The grace when a step is expected to be ignored, so the test does not wait long.
 const SHORT_GRACE: Duration = Duration::from_millis(100);
@@ -55,7 +52,9 @@ fn a_child_that_exits_at_end_of_input_is_stopped_by_closing_stdin() {
         let mut child = spawn_group(Command::new("cat")).unwrap();
         let pid = child.id();
 
-        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(HANG_GUARD))
+            .await
+            .unwrap();
 
         assert!(status.success(), "{:?}", status);
         assert_reaped(pid);
@@ -129,7 +128,9 @@ fn a_helper_left_running_by_an_exited_child_is_stopped() {
         within("the exit", child.exited()).await.unwrap();
         assert!(is_running(helper), "the helper outlives the child");
 
-        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(HANG_GUARD))
+            .await
+            .unwrap();
 
         assert!(status.success(), "{:?}", status);
         stops_running(helper).await;
@@ -157,7 +158,9 @@ fn many_waiters_and_a_shutdown_all_see_the_exit() {
         let mut child = spawn_group(sh("read -r line; exit 4")).unwrap();
         let waiters: Vec<_> = (0..3).map(|_| smol::spawn(child.exited())).collect();
 
-        let status = within("shutdown", child.shutdown(GENEROUS)).await.unwrap();
+        let status = within("shutdown", child.shutdown(HANG_GUARD))
+            .await
+            .unwrap();
 
         assert_eq!(status.code(), Some(4));
         for waiter in waiters {

@@ -6,196 +6,38 @@
 mod support;
 
 use std::fs;
-use std::io::{BufRead, BufReader as StdBufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use futures_lite::StreamExt;
-use rustix::process::{Pid, Signal};
-use smol::process::{Child, ChildStdin, ChildStdout, Command};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use rustix::process::Signal;
 
 use support::{
-    assert_hung_up_after_connecting, is_root, spawn_foreign_bridge, within, TempDir, BIN,
-    HANG_GUARD, NOBODY,
+    assert_hung_up_after_connecting, bridge_command, exists, is_root, spawn_foreign_bridge, within,
+    Bridge, Serve, TempDir, BIN, HANG_GUARD, NOBODY,
 };
 
 /// A child that says who it serves, then echoes.
 const IDENTIFY_THEN_ECHO: &str =
     "echo \"$$ $MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER\"; echo \"hello from $$\" >&2; exec cat";
 
-/// A running `mcp-bridge serve`, its stderr collected line by line.
-struct Serve {
-    child: std::process::Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-    socket: PathBuf,
-}
-
-impl Serve {
-    fn start(socket: &Path, extra: &[&str], command: &[&str]) -> Serve {
-        let mut child = std::process::Command::new(BIN)
-            .arg("serve")
-            .arg("--endpoint")
-            .arg(socket)
-            .args(extra)
-            .arg("--")
-            .args(command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let lines = stderr.clone();
-        let pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in StdBufReader::new(pipe).lines() {
-                match line {
-                    Ok(line) => lines.lock().unwrap().push(line),
-                    Err(_) => break,
-                }
-            }
-        });
-        let serve = Serve {
-            child,
-            stderr,
-            socket: socket.to_path_buf(),
-        };
-        serve.wait_for_log("serving");
-        assert!(socket.exists());
-        serve
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32).unwrap()
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    /// Waits until a stderr line contains `needle`.
-    fn wait_for_log(&self, needle: &str) {
-        let start = Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "no '{}' on serve's stderr within {:?}:\n{}",
-                needle,
-                HANG_GUARD,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Sends `signal` and waits for serve to exit; returns its exit code.
-    fn stop(&mut self, signal: Signal) -> Option<i32> {
-        rustix::process::kill_process(self.pid(), signal).unwrap();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "serve still running {:?} after {:?}:\n{}",
-                HANG_GUARD,
-                signal,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = rustix::process::kill_process(self.pid(), Signal::TERM);
-            let _ = self.child.wait();
-        }
-        let _ = fs::remove_file(&self.socket);
-    }
-}
-
-/// A bridge process, as an MCP CLI would spawn it, with line-wise stdio.
-struct Bridge {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
-}
-
-impl Bridge {
-    fn spawn(socket: &Path, project: &str, requester: &str) -> Bridge {
-        let mut child = Command::new(BIN)
-            .arg("mcp-server")
-            .arg("--endpoint")
-            .arg(socket)
-            .args(["--project", project, "--requester", requester])
+/// A bridge to `socket`, as an MCP CLI would spawn it.
+fn spawn_bridge(socket: &Path, project: &str, requester: &str) -> Bridge {
+    Bridge::spawn(
+        bridge_command(socket, project, requester)
             // Generous: 200 bridges may start at once on 2 cores.
             .args(["--connect-timeout", "60"])
             // serve's own endings are under test: a bridge that reconnected
             // when its command exits would hide them.
             .arg("--no-reconnect")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Bridge {
-            stdin: child.stdin.take(),
-            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
-            child,
-        }
-    }
-
-    async fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin still open");
-        stdin
-            .write_all(format!("{}\n", line).as_bytes())
-            .await
-            .unwrap();
-        stdin.flush().await.unwrap();
-    }
-
-    /// The next line, or `None` at the end of stdout.
-    async fn line(&mut self) -> Option<String> {
-        within("a line from the bridge", self.stdout.next())
-            .await
-            .map(|line| line.unwrap())
-    }
-
-    async fn round_trip(&mut self, line: &str) -> String {
-        self.send(line).await;
-        self.line().await.expect("a reply before EOF")
-    }
-
-    /// Closes stdin and waits for the bridge to exit; returns its exit code.
-    async fn finish(mut self) -> Option<i32> {
-        drop(self.stdin.take());
-        self.exit_code().await
-    }
-
-    async fn exit_code(&mut self) -> Option<i32> {
-        within("the bridge to exit", self.child.status())
-            .await
-            .unwrap()
-            .code()
-    }
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie still counts: it is a child nobody reaped.
-    rustix::process::test_kill_process(Pid::from_raw(pid).unwrap()).is_ok()
+            .stderr(Stdio::inherit()),
+    )
 }
 
 /// Parses the child's first line, `"<pid> <project>|<requester>"`.
-fn identity(line: &str) -> (i32, String) {
+fn identity(line: &str) -> (u32, String) {
     let (pid, who) = line.split_once(' ').expect("pid and identity");
     (pid.parse().unwrap(), who.to_string())
 }
@@ -203,9 +45,9 @@ fn identity(line: &str) -> (i32, String) {
 #[test]
 fn relays_to_a_child_that_knows_who_is_calling() {
     let dir = TempDir::new("e2e", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "proj-1", "agent-7");
+        let mut bridge = spawn_bridge(&dir.socket(), "proj-1", "agent-7");
         let (pid, who) = identity(&bridge.line().await.unwrap());
         assert_eq!(who, "proj-1|agent-7");
         let request = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
@@ -219,7 +61,7 @@ fn relays_to_a_child_that_knows_who_is_calling() {
         // serve reaps it.
         assert_eq!(bridge.finish().await, Some(0));
         serve.wait_for_log("ended (the bridge disconnected)");
-        assert!(!alive(pid), "child {} still exists", pid);
+        assert!(!exists(pid), "child {} still exists", pid);
     });
 }
 
@@ -228,7 +70,7 @@ fn a_child_that_exits_closes_the_connection() {
     let dir = TempDir::new("child-exit", 0o700);
     let _serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "echo bye"]);
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
+        let mut bridge = spawn_bridge(&dir.socket(), "p", "r");
         assert_eq!(bridge.line().await.as_deref(), Some("bye"));
         // stdin stays open: only the host hanging up can end the bridge.
         assert_eq!(bridge.line().await, None);
@@ -251,7 +93,7 @@ fn two_hundred_bridges_two_hundred_round_trips_each() {
             .map(|b| {
                 let socket = socket.clone();
                 smol::spawn(async move {
-                    let mut bridge = Bridge::spawn(&socket, "load", &format!("bridge-{}", b));
+                    let mut bridge = spawn_bridge(&socket, "load", &format!("bridge-{}", b));
                     for n in 0..ROUND_TRIPS {
                         // Unique per bridge and message, of varying length.
                         let payload = format!(
@@ -281,9 +123,9 @@ fn two_hundred_bridges_two_hundred_round_trips_each() {
         took
     );
     assert!(
-        !serve.log().contains("refused"),
+        !serve.stderr().contains("refused"),
         "no connection may be refused:\n{}",
-        serve.log()
+        serve.stderr()
     );
 }
 
@@ -298,7 +140,7 @@ fn stop_leaves_nothing_behind(signal: Signal) {
         let mut bridges = Vec::new();
         let mut pids = Vec::new();
         for requester in ["a", "b", "c", "stubborn"] {
-            let mut bridge = Bridge::spawn(&dir.socket(), "p", requester);
+            let mut bridge = spawn_bridge(&dir.socket(), "p", requester);
             let (pid, who) = identity(&bridge.line().await.unwrap());
             assert_eq!(who, format!("p|{}", requester));
             pids.push(pid);
@@ -307,15 +149,15 @@ fn stop_leaves_nothing_behind(signal: Signal) {
         assert_eq!(bridges[0].round_trip("ping").await, "ping");
 
         let started = Instant::now();
-        assert_eq!(serve.stop(signal), Some(0), "{}", serve.log());
+        assert_eq!(serve.stop(signal).code(), Some(0), "{}", serve.stderr());
         let took = started.elapsed();
         assert!(!dir.socket().exists(), "the socket file is removed");
         for pid in &pids {
             assert!(
-                !alive(*pid),
+                !exists(*pid),
                 "child {} survived serve:\n{}",
                 pid,
-                serve.log()
+                serve.stderr()
             );
         }
         // Every bridge saw its connection end.
@@ -340,16 +182,16 @@ fn sigint_stops_every_child_and_removes_the_socket() {
 #[test]
 fn connections_over_the_limit_are_refused() {
     let dir = TempDir::new("limit", 0o700);
-    let serve = Serve::start(
+    let mut serve = Serve::start(
         &dir.socket(),
         &["--max-connections", "1"],
         &["sh", "-c", IDENTIFY_THEN_ECHO],
     );
     smol::block_on(async {
-        let mut first = Bridge::spawn(&dir.socket(), "p", "first");
+        let mut first = spawn_bridge(&dir.socket(), "p", "first");
         assert!(first.line().await.unwrap().ends_with("p|first"));
 
-        let mut second = Bridge::spawn(&dir.socket(), "p", "second");
+        let mut second = spawn_bridge(&dir.socket(), "p", "second");
         // Refused: told why in the protocol, then hung up on; the bridge
         // reports the refusal as a failure.
         let refusal = second.line().await.unwrap();
@@ -369,7 +211,7 @@ fn connections_over_the_limit_are_refused() {
         assert_eq!(first.round_trip("still here").await, "still here");
         assert_eq!(first.finish().await, Some(0));
         serve.wait_for_log("ended (the bridge disconnected)");
-        let mut third = Bridge::spawn(&dir.socket(), "p", "third");
+        let mut third = spawn_bridge(&dir.socket(), "p", "third");
         assert!(third.line().await.unwrap().ends_with("p|third"));
         assert_eq!(third.finish().await, Some(0));
     });
@@ -378,7 +220,7 @@ fn connections_over_the_limit_are_refused() {
 #[test]
 fn bad_handshakes_are_logged_and_the_server_goes_on() {
     let dir = TempDir::new("bad", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
     smol::block_on(async {
         let mut raw = smol::net::unix::UnixStream::connect(dir.socket())
             .await
@@ -389,15 +231,15 @@ fn bad_handshakes_are_logged_and_the_server_goes_on() {
         assert!(rest.is_empty());
         serve.wait_for_log("dropped a connection: invalid handshake: not JSON");
 
-        let mut bridge = Bridge::spawn(&dir.socket(), "p", "r");
+        let mut bridge = spawn_bridge(&dir.socket(), "p", "r");
         assert_eq!(bridge.round_trip("after").await, "after");
         assert_eq!(bridge.finish().await, Some(0));
         // Only the good bridge got a child.
         assert_eq!(
-            serve.log().matches("started pid").count(),
+            serve.stderr().matches("started pid").count(),
             1,
             "{}",
-            serve.log()
+            serve.stderr()
         );
     });
 }
@@ -453,7 +295,7 @@ fn another_user_is_refused_and_logged() {
         return;
     }
     let dir = TempDir::new("uid", 0o755);
-    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", IDENTIFY_THEN_ECHO]);
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o666)).unwrap();
     smol::block_on(async {
         let mut intruder = spawn_foreign_bridge(&dir, &dir.socket());
@@ -464,7 +306,7 @@ fn another_user_is_refused_and_logged() {
         stderr.read_to_string(&mut text).await.unwrap();
         assert_hung_up_after_connecting(status, &text);
         serve.wait_for_log(&format!("refused a connection from uid {}", NOBODY));
-        assert!(!serve.log().contains("intruder"), "{}", serve.log());
+        assert!(!serve.stderr().contains("intruder"), "{}", serve.stderr());
     });
 }
 
@@ -476,34 +318,16 @@ const ENDED_AT_EOF: &str = "ended (the bridge disconnected); command exit status
 impl Serve {
     /// How many of serve's stderr lines contain `needle`.
     fn count(&self, needle: &str) -> usize {
-        self.stderr
-            .lock()
-            .unwrap()
-            .iter()
+        self.stderr()
+            .lines()
             .filter(|line| line.contains(needle))
             .count()
-    }
-
-    /// Waits until `count` stderr lines contain `needle`.
-    fn wait_for_count(&self, needle: &str, count: usize) {
-        let start = Instant::now();
-        while self.count(needle) < count {
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "fewer than {} lines with '{}' on serve's stderr within {:?}:\n{}",
-                count,
-                needle,
-                HANG_GUARD,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 
     /// The lines that say how sessions ended, each of which must be
     /// [`ENDED_AT_EOF`].
     fn assert_every_session_ended_at_eof(&self) {
-        let log = self.log();
+        let log = self.stderr();
         for line in log.lines().filter(|line| line.contains(": ended (")) {
             assert!(line.ends_with(ENDED_AT_EOF), "{}\n\n{}", line, log);
         }
@@ -529,7 +353,7 @@ fn raw_client(socket: &Path, requester: &str) -> std::os::unix::net::UnixStream 
 fn a_reply_the_command_writes_at_stdin_eof_reaches_the_client() {
     use std::io::{Read, Write};
     let dir = TempDir::new("eof-reply", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "cat; echo '{\"bye\":1}'"]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "cat; echo '{\"bye\":1}'"]);
     for n in 0..10 {
         let stream = raw_client(&dir.socket(), &format!("client-{}", n));
         (&stream).write_all(b"{\"id\":1}\n").unwrap();
@@ -549,10 +373,10 @@ fn a_reply_the_command_writes_at_stdin_eof_reaches_the_client() {
 #[test]
 fn a_bridge_in_front_of_serve_exits_at_its_stdin_eof() {
     let dir = TempDir::new("bridge-eof", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
     smol::block_on(async {
         for n in 0..10 {
-            let mut bridge = Bridge::spawn(&dir.socket(), "p", &format!("bridge-{}", n));
+            let mut bridge = spawn_bridge(&dir.socket(), "p", &format!("bridge-{}", n));
             let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}}", n);
             assert_eq!(bridge.round_trip(&request).await, request);
             assert_eq!(bridge.finish().await, Some(0), "bridge {}", n);
@@ -571,7 +395,7 @@ fn a_hundred_and_fifty_quick_sessions_in_a_row_are_all_served() {
     use std::io::{BufRead, Write};
     const SESSIONS: usize = 150;
     let dir = TempDir::new("quick", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["cat"]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
     for n in 0..SESSIONS {
         let stream = raw_client(&dir.socket(), &format!("quick-{}", n));
         let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}}\n", n);
@@ -580,12 +404,12 @@ fn a_hundred_and_fifty_quick_sessions_in_a_row_are_all_served() {
         std::io::BufReader::new(&stream)
             .read_line(&mut reply)
             .unwrap();
-        assert_eq!(reply, request, "session {}:\n{}", n, serve.log());
+        assert_eq!(reply, request, "session {}:\n{}", n, serve.stderr());
         // Closed completely, at once, as a short-lived client does.
         drop(stream);
     }
     serve.wait_for_count(": ended (", SESSIONS);
-    assert_eq!(serve.count("refused"), 0, "{}", serve.log());
+    assert_eq!(serve.count("refused"), 0, "{}", serve.stderr());
     serve.assert_every_session_ended_at_eof();
 }
 
@@ -609,7 +433,7 @@ done"#;
 #[test]
 fn doctor_s_close_step_against_serve_is_steadily_ok() {
     let dir = TempDir::new("doctor-close", 0o700);
-    let serve = Serve::start(&dir.socket(), &[], &["sh", "-c", SH_MCP_SERVER]);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", SH_MCP_SERVER]);
     for n in 0..10 {
         let out = std::process::Command::new(BIN)
             .arg("doctor")

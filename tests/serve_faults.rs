@@ -11,23 +11,22 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use futures_lite::StreamExt;
-use rustix::process::{Pid, Signal};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use rustix::process::Signal;
 use serde_json::Value;
-use smol::process::{Child, ChildStdin, ChildStdout, Command};
+use smol::process::Command;
 
-use support::{within, within_limit, TempDir, BIN, HANG_GUARD};
-
-/// How often a waiting test looks again at what it waits for.
-const POLL: Duration = Duration::from_millis(10);
+use support::{
+    bridge_command, exists, serve_program, wait_output, within, within_limit, Bridge, Serve,
+    Stderr, TempDir, BIN, HANG_GUARD,
+};
 
 /// The longest socket path the bridge accepts (`sun_path` less its NUL).
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -35,235 +34,15 @@ const MAX_PATH_BYTES: usize = 107;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const MAX_PATH_BYTES: usize = 103;
 
-/// What becomes of serve's stderr.
-#[derive(Clone, Copy, PartialEq)]
-enum Stderr {
-    /// Read continuously by the test, every byte kept.
-    Collected,
-    /// A pipe whose read end stays open and is never read.
-    Unread,
-    /// A pipe whose read end is closed at once: every write fails (EPIPE).
-    Closed,
-}
-
-/// A running `mcp-bridge serve`.
-struct Serve {
-    child: std::process::Child,
-    log: Arc<Mutex<Vec<u8>>>,
-    reader: Option<JoinHandle<()>>,
-    /// The read end of an unread stderr, held open.
-    _unread: Option<std::process::ChildStderr>,
-    socket: PathBuf,
-}
-
-impl Serve {
-    fn start(socket: &Path, extra: &[&str], command: &[&str], stderr: Stderr) -> Serve {
-        Serve::start_with_fds(None, socket, extra, command, stderr)
-    }
-
-    /// [`Serve::start`], with the soft limit of open files set to `fds`
-    /// (through `ulimit -n` in a shell that then becomes serve).
-    fn start_with_fds(
-        fds: Option<u32>,
-        socket: &Path,
-        extra: &[&str],
-        command: &[&str],
-        stderr: Stderr,
-    ) -> Serve {
-        let mut serve = match fds {
-            None => std::process::Command::new(BIN),
-            Some(fds) => {
-                let mut shell = std::process::Command::new("sh");
-                shell
-                    .arg("-c")
-                    .arg(format!("ulimit -n {} && exec \"$0\" \"$@\"", fds))
-                    .arg(BIN);
-                shell
-            }
-        };
-        let mut child = serve
-            .arg("serve")
-            .arg("--endpoint")
-            .arg(socket)
-            .args(extra)
-            .arg("--")
-            .args(command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pipe = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let mut serve = Serve {
-            child,
-            log: log.clone(),
-            reader: None,
-            _unread: None,
-            socket: socket.to_path_buf(),
-        };
-        match stderr {
-            Stderr::Collected => {
-                serve.reader = Some(std::thread::spawn(move || {
-                    let mut pipe = pipe;
-                    let mut chunk = [0u8; 64 * 1024];
-                    while let Ok(n) = pipe.read(&mut chunk) {
-                        if n == 0 {
-                            break;
-                        }
-                        log.lock().unwrap().extend_from_slice(&chunk[..n]);
-                    }
-                }));
-                serve.wait_for_log("serving");
-            }
-            Stderr::Unread => serve._unread = Some(pipe),
-            Stderr::Closed => drop(pipe),
-        }
-        serve.wait_until("the socket file", || socket.exists());
-        serve
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32).unwrap()
-    }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&self.log.lock().unwrap()).into_owned()
-    }
-
-    /// Waits until `done` holds, failing if serve exits first.
-    fn wait_until(&mut self, what: &str, mut done: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !done() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "serve exited ({}) waiting for {}:\n{}",
-                    status,
-                    what,
-                    self.log()
-                );
-            }
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "no {} within {:?}:\n{}",
-                what,
-                HANG_GUARD,
-                self.log()
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    fn wait_for_log(&mut self, needle: &str) {
-        let log = self.log.clone();
-        self.wait_until(&format!("'{}' on serve's stderr", needle), || {
-            String::from_utf8_lossy(&log.lock().unwrap()).contains(needle)
-        });
-    }
-
-    /// Waits until serve's stderr contains `needle` at least `count` times.
-    fn wait_for_count(&mut self, needle: &str, count: usize) {
-        let log = self.log.clone();
-        self.wait_until(
-            &format!("{} x '{}' on serve's stderr", count, needle),
-            || {
-                String::from_utf8_lossy(&log.lock().unwrap())
-                    .matches(needle)
-                    .count()
-                    >= count
-            },
-        );
-    }
-
-    /// Waits for serve to exit on its own.
-    fn exit_status(&mut self) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                if let Some(reader) = self.reader.take() {
-                    reader.join().unwrap();
-                }
-                return status;
-            }
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "serve still running after {:?}:\n{}",
-                HANG_GUARD,
-                self.log()
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// Sends `signal` and waits for serve to exit.
-    fn stop(&mut self, signal: Signal) -> ExitStatus {
-        rustix::process::kill_process(self.pid(), signal).unwrap();
-        self.exit_status()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = fs::remove_file(&self.socket);
-    }
-}
-
-/// A bridge process, as an MCP CLI would spawn it, with line-wise stdio.
-struct Bridge {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
-}
-
-impl Bridge {
-    fn spawn(socket: &Path, requester: &str) -> Bridge {
-        let mut child = Command::new(BIN)
-            .arg("mcp-server")
-            .arg("--endpoint")
-            .arg(socket)
-            .args(["--project", "p", "--requester", requester])
+/// A bridge to `socket` as `requester`, as an MCP CLI would spawn it.
+fn spawn_bridge(socket: &Path, requester: &str) -> Bridge {
+    Bridge::spawn(
+        bridge_command(socket, "p", requester)
             // serve's endings are under test, not the bridge's reconnects.
             .arg("--no-reconnect")
             .args(["--connect-timeout", "60"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Bridge {
-            stdin: child.stdin.take(),
-            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
-            child,
-        }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        let stdin = self.stdin.as_mut().expect("stdin still open");
-        stdin.write_all(bytes).await.unwrap();
-        stdin.flush().await.unwrap();
-    }
-
-    /// The next line, or `None` at the end of stdout.
-    async fn line(&mut self) -> Option<String> {
-        within("a line from the bridge", self.stdout.next())
-            .await
-            .map(|line| line.unwrap())
-    }
-
-    async fn round_trip(&mut self, line: &str) -> String {
-        self.send(format!("{}\n", line).as_bytes()).await;
-        self.line().await.expect("a reply before EOF")
-    }
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie still counts: it is a child nobody reaped.
-    rustix::process::test_kill_process(Pid::from_raw(pid).unwrap()).is_ok()
+            .stderr(Stdio::null()),
+    )
 }
 
 /// The refusal line serve must send for `message`, byte for byte.
@@ -304,11 +83,17 @@ fn refusal_for(socket: &Path, handshake: &[u8]) -> String {
 fn an_unread_stderr_stalls_neither_relaying_nor_shutdown() {
     let dir = TempDir::new("unread-stderr", 0o700);
     let script = "head -c 300000 /dev/zero | tr '\\0' x >&2; echo ready; exec cat";
-    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Unread);
+    let mut serve = Serve::launch(
+        serve_program(None),
+        &dir.socket(),
+        &[],
+        &["sh", "-c", script],
+        Stderr::Unread,
+    );
     smol::block_on(async {
         let mut bridges = Vec::new();
         for n in 0..4 {
-            let mut bridge = Bridge::spawn(&dir.socket(), &format!("agent-{}", n));
+            let mut bridge = spawn_bridge(&dir.socket(), &format!("agent-{}", n));
             // Its 300 KB of stderr have been written: they went somewhere.
             assert_eq!(bridge.line().await.as_deref(), Some("ready"));
             bridges.push(bridge);
@@ -331,11 +116,17 @@ fn an_unread_stderr_stalls_neither_relaying_nor_shutdown() {
 fn a_closed_stderr_is_ignored_and_serve_still_exits_cleanly() {
     let dir = TempDir::new("closed-stderr", 0o700);
     let script = "echo 'to a closed stderr' >&2; exec cat";
-    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Closed);
+    let mut serve = Serve::launch(
+        serve_program(None),
+        &dir.socket(),
+        &[],
+        &["sh", "-c", script],
+        Stderr::Closed,
+    );
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "r");
+        let mut bridge = spawn_bridge(&dir.socket(), "r");
         assert_eq!(bridge.round_trip("ping").await, "ping");
-        let mut second = Bridge::spawn(&dir.socket(), "s");
+        let mut second = spawn_bridge(&dir.socket(), "s");
         assert_eq!(second.round_trip("pong").await, "pong");
     });
     let status = serve.stop(Signal::TERM);
@@ -357,7 +148,6 @@ fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
         &dir.socket(),
         &["--max-connections", "3"],
         &["sh", "-c", script],
-        Stderr::Collected,
     );
     // More than the bridge's stdin pipe and buffer hold (128 KiB), so at
     // least 172 KB reach serve, which can only take 128 KiB off the socket
@@ -368,11 +158,11 @@ fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
     let pids = smol::block_on(async {
         let mut pids = Vec::new();
         for _ in 0..3 {
-            let mut bridge = Bridge::spawn(&dir.socket(), "hung");
-            let pid: i32 = bridge.line().await.unwrap().parse().unwrap();
+            let mut bridge = spawn_bridge(&dir.socket(), "hung");
+            let pid: u32 = bridge.line().await.unwrap().parse().unwrap();
             let mut request = vec![b'x'; SENT];
             request.push(b'\n');
-            within("the bulk write", bridge.send(&request)).await;
+            within("the bulk write", bridge.send_bytes(&request)).await;
             bridge.child.kill().unwrap();
             bridge.child.status().await.unwrap();
             pids.push(pid);
@@ -380,12 +170,14 @@ fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
         pids
     });
     for pid in pids {
-        serve.wait_until(&format!("hung child {} to be stopped", pid), || !alive(pid));
+        serve.wait_until(&format!("hung child {} to be stopped", pid), || {
+            !exists(pid)
+        });
     }
     // Logged once each session is over, just before its slot is given back.
     serve.wait_for_count("ended (", 3);
     smol::block_on(async {
-        let mut fresh = Bridge::spawn(&dir.socket(), "fresh");
+        let mut fresh = spawn_bridge(&dir.socket(), "fresh");
         assert_eq!(fresh.round_trip("served").await, "served");
     });
 }
@@ -397,10 +189,10 @@ fn bridges_that_die_while_their_command_is_hung_free_their_slots() {
 fn a_huge_requester_is_cut_in_serve_s_log() {
     let dir = TempDir::new("label", 0o700);
     let script = "i=0; while [ $i -lt 2000 ]; do echo >&2; i=$((i+1)); done; echo done; exec cat";
-    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Collected);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script]);
     let requester = "r".repeat(60 * 1024);
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), &requester);
+        let mut bridge = spawn_bridge(&dir.socket(), &requester);
         assert_eq!(bridge.line().await.as_deref(), Some("done"));
     });
     let cut = format!("[{}… (61440 bytes)] ", "r".repeat(64));
@@ -408,7 +200,7 @@ fn a_huge_requester_is_cut_in_serve_s_log() {
     serve.wait_for_log("ended");
     let status = serve.stop(Signal::TERM);
     assert!(status.success(), "{}", status);
-    let written = serve.log.lock().unwrap().len();
+    let written = serve.stderr().len();
     assert!(
         written < 1_000_000,
         "serve wrote {} bytes of stderr for 2,000 empty lines",
@@ -438,7 +230,7 @@ fn a_command_that_cannot_be_found_stops_serve_at_start() {
         (not_executable.as_str(), "it is not executable"),
         ("/", "it is not a file"),
     ] {
-        let mut child = std::process::Command::new(BIN)
+        let child = std::process::Command::new(BIN)
             .args(["serve", "--endpoint"])
             .arg(dir.socket())
             .args(["--", program])
@@ -447,24 +239,8 @@ fn a_command_that_cannot_be_found_stops_serve_at_start() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "serve -- {} is still running after {:?}",
-                    program, HANG_GUARD
-                );
-            }
-            std::thread::sleep(POLL);
-        };
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).unwrap();
+        let out = wait_output(child, &format!("serve -- {}", program));
+        let (status, text) = (out.status, String::from_utf8_lossy(&out.stderr));
         assert_eq!(status.code(), Some(1), "{}: {}", program, text);
         assert!(
             text.starts_with(&format!("mcp-bridge: cannot run '{}': {}", program, why)),
@@ -481,14 +257,9 @@ fn a_command_that_cannot_be_found_stops_serve_at_start() {
 #[test]
 fn a_bridge_over_the_limit_gets_a_refusal_line() {
     let dir = TempDir::new("limit", 0o700);
-    let mut serve = Serve::start(
-        &dir.socket(),
-        &["--max-connections", "1"],
-        &["cat"],
-        Stderr::Collected,
-    );
+    let mut serve = Serve::start(&dir.socket(), &["--max-connections", "1"], &["cat"]);
     smol::block_on(async {
-        let mut first = Bridge::spawn(&dir.socket(), "first");
+        let mut first = spawn_bridge(&dir.socket(), "first");
         assert_eq!(first.round_trip("in").await, "in");
 
         let message = refusal_for(
@@ -501,7 +272,7 @@ fn a_bridge_over_the_limit_gets_a_refusal_line() {
         );
 
         // Through a real bridge, the CLI sees the same line on stdout.
-        let mut second = Bridge::spawn(&dir.socket(), "second");
+        let mut second = spawn_bridge(&dir.socket(), "second");
         assert_eq!(
             format!("{}\n", second.line().await.unwrap()),
             refusal_line(&message)
@@ -521,7 +292,7 @@ fn a_command_that_fails_to_start_sends_a_refusal_line() {
     fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let script = script.to_str().unwrap().to_string();
-    let mut serve = Serve::start(&dir.socket(), &[], &[&script], Stderr::Collected);
+    let mut serve = Serve::start(&dir.socket(), &[], &[&script]);
     let message = refusal_for(&dir.socket(), b"{\"project\":\"p\",\"requester\":\"r\"}\n");
     assert!(
         message.starts_with(&format!(
@@ -539,7 +310,7 @@ fn a_command_that_fails_to_start_sends_a_refusal_line() {
 #[test]
 fn a_handshake_with_a_nul_gets_a_refusal_line() {
     let dir = TempDir::new("nul", 0o700);
-    let mut serve = Serve::start(&dir.socket(), &[], &["cat"], Stderr::Collected);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
     let message = refusal_for(
         &dir.socket(),
         b"{\"project\":\"p\",\"requester\":\"a\\u0000b\"}\n",
@@ -551,7 +322,7 @@ fn a_handshake_with_a_nul_gets_a_refusal_line() {
     serve.wait_for_log("its requester contains a NUL byte");
     // The server goes on.
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "r");
+        let mut bridge = spawn_bridge(&dir.socket(), "r");
         assert_eq!(bridge.round_trip("after").await, "after");
     });
 }
@@ -668,7 +439,7 @@ fn a_bridge_is_served_at_once(socket: &Path) {
             "the one-shot was answered"
         );
 
-        let mut bridge = Bridge::spawn(socket, "real");
+        let mut bridge = spawn_bridge(socket, "real");
         for n in 0..10 {
             let line = format!("{{\"id\":{}}}", n);
             let reply = within_limit(
@@ -684,7 +455,7 @@ fn a_bridge_is_served_at_once(socket: &Path) {
 /// Waits until serve's log accounts for `peers` dropped connections, as
 /// single lines or in counts, and checks that it took few lines.
 fn assert_dropped_peers_logged_in_few_lines(serve: &mut Serve, peers: usize) {
-    let log = serve.log.clone();
+    let log = serve.stderr_buffer();
     let accounted = move || {
         let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
         let single = text.matches("dropped a connection: ").count();
@@ -701,7 +472,7 @@ fn assert_dropped_peers_logged_in_few_lines(serve: &mut Serve, peers: usize) {
         single + counted >= peers
     });
     let (single, counted) = accounted();
-    assert_eq!(single + counted, peers, "{}", serve.log());
+    assert_eq!(single + counted, peers, "{}", serve.stderr());
     assert!(
         single < 100,
         "{} lines for {} dropped peers: not limited",
@@ -724,7 +495,7 @@ fn assert_dropped_peers_logged_in_few_lines(serve: &mut Serve, peers: usize) {
 fn hundreds_of_silent_peers_do_not_starve_a_bridge() {
     raise_fd_limit(4096);
     let dir = TempDir::new("crowd", 0o700);
-    let mut serve = Serve::start(&dir.socket(), &[], &["cat"], Stderr::Collected);
+    let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
     let crowd = IdleCrowd::gather(&dir.socket(), 600, true);
     a_bridge_is_served_at_once(&dir.socket());
     let peers = crowd.disperse();
@@ -739,8 +510,13 @@ fn hundreds_of_silent_peers_do_not_starve_a_bridge() {
 #[test]
 fn a_crowd_beyond_the_descriptor_limit_does_not_starve_a_bridge() {
     let dir = TempDir::new("fdcrowd", 0o700);
-    let mut serve =
-        Serve::start_with_fds(Some(64), &dir.socket(), &[], &["cat"], Stderr::Collected);
+    let mut serve = Serve::launch(
+        serve_program(Some(64)),
+        &dir.socket(),
+        &[],
+        &["cat"],
+        Stderr::Collected,
+    );
     let crowd = IdleCrowd::gather(&dir.socket(), 100, false);
     a_bridge_is_served_at_once(&dir.socket());
     assert_eq!(crowd.disperse(), 100);
@@ -782,9 +558,9 @@ fn serve_binds_no_path_the_bridge_would_refuse() {
     assert!(!too_long.exists());
 
     let longest = dir.0.join("s".repeat(MAX_PATH_BYTES - base));
-    let _serve = Serve::start(&longest, &[], &["cat"], Stderr::Collected);
+    let _serve = Serve::start(&longest, &[], &["cat"]);
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&longest, "r");
+        let mut bridge = spawn_bridge(&longest, "r");
         assert_eq!(bridge.round_trip("fits").await, "fits");
     });
 }
@@ -796,24 +572,12 @@ struct WaitedOutput {
 }
 
 impl WaitedOutput {
-    fn of(mut child: std::process::Child) -> WaitedOutput {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("still running after {:?}", HANG_GUARD);
-            }
-            std::thread::sleep(POLL);
-        };
-        let mut stderr = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            pipe.read_to_string(&mut stderr).unwrap();
+    fn of(child: std::process::Child) -> WaitedOutput {
+        let out = wait_output(child, "the process");
+        WaitedOutput {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
-        WaitedOutput { status, stderr }
     }
 }
 
@@ -822,23 +586,18 @@ impl WaitedOutput {
 #[test]
 fn sighup_stops_serve_cleanly() {
     let dir = TempDir::new("hup", 0o700);
-    let mut serve = Serve::start(
-        &dir.socket(),
-        &[],
-        &["sh", "-c", "echo $$; exec cat"],
-        Stderr::Collected,
-    );
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", "echo $$; exec cat"]);
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "r");
-        let pid: i32 = bridge.line().await.unwrap().parse().unwrap();
+        let mut bridge = spawn_bridge(&dir.socket(), "r");
+        let pid: u32 = bridge.line().await.unwrap().parse().unwrap();
         assert_eq!(bridge.round_trip("ping").await, "ping");
         let status = serve.stop(Signal::HUP);
         assert_eq!(status.code(), Some(0), "{}", status);
         assert!(!dir.socket().exists(), "the socket file is removed");
-        assert!(!alive(pid), "child {} survived serve", pid);
+        assert!(!exists(pid), "child {} survived serve", pid);
         assert_eq!(bridge.line().await, None, "the bridge saw the end");
     });
-    assert!(serve.log().contains("SIGHUP received: shutting down"));
+    assert!(serve.stderr().contains("SIGHUP received: shutting down"));
 }
 
 /// A command that starts helpers and ignores SIGTERM (the README's `npx`
@@ -849,11 +608,11 @@ fn sighup_stops_serve_cleanly() {
 fn a_command_s_helpers_are_stopped_with_it() {
     let dir = TempDir::new("group", 0o700);
     let script = "trap '' TERM; sleep 1000 & echo $!; exec cat";
-    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script], Stderr::Collected);
+    let mut serve = Serve::start(&dir.socket(), &[], &["sh", "-c", script]);
     let helper = smol::block_on(async {
-        let mut bridge = Bridge::spawn(&dir.socket(), "group");
-        let helper: i32 = bridge.line().await.unwrap().parse().unwrap();
-        assert!(alive(helper));
+        let mut bridge = spawn_bridge(&dir.socket(), "group");
+        let helper: u32 = bridge.line().await.unwrap().parse().unwrap();
+        assert!(exists(helper));
         drop(bridge.stdin.take());
         within("the bridge to exit", bridge.child.status())
             .await

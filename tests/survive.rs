@@ -17,7 +17,7 @@ use futures_lite::StreamExt;
 use serde_json::{json, Value};
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 use smol::Task;
-use support::{within, TempDir, BIN};
+use support::{bridge_command, eventually, within, Bridge, TempDir};
 
 /// What a test host saw: each connection's handshake and lines, in order.
 #[derive(Default)]
@@ -130,74 +130,14 @@ fn answer(line: &str) -> Option<Value> {
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// The bridge, spawned as an MCP CLI would, with line-wise stdio.
-struct Bridge {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
-}
-
-impl Bridge {
-    fn spawn(socket: &Path, extra: &[&str]) -> Bridge {
-        let mut child = Command::new(BIN)
-            .args(["mcp-server", "--project", "p", "--requester", "r"])
-            .arg("--endpoint")
-            .arg(socket)
+/// The bridge to `socket`, spawned as an MCP CLI would, with `extra`
+/// arguments; its stderr is returned by [`Bridge::finish_with_stderr`].
+fn spawn_bridge(socket: &Path, extra: &[&str]) -> Bridge {
+    Bridge::spawn(
+        bridge_command(socket, "p", "r")
             .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        Bridge {
-            stdin: child.stdin.take(),
-            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
-            child,
-        }
-    }
-
-    async fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin
-            .write_all(format!("{}\n", line).as_bytes())
-            .await
-            .unwrap();
-        stdin.flush().await.unwrap();
-    }
-
-    async fn line(&mut self) -> String {
-        within("a line from the bridge", self.stdout.next())
-            .await
-            .expect("a line before stdout ends")
-            .unwrap()
-    }
-
-    async fn json(&mut self) -> Value {
-        let line = self.line().await;
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{}: {:?}", e, line))
-    }
-
-    /// Closes stdin and returns the exit code and stderr.
-    async fn finish(mut self) -> (Option<i32>, String) {
-        drop(self.stdin.take());
-        let mut rest = Vec::new();
-        while let Some(line) = within("stdout to end", self.stdout.next()).await {
-            rest.push(line.unwrap());
-        }
-        assert!(
-            rest.is_empty(),
-            "nothing more expected on stdout: {:?}",
-            rest
-        );
-        let out = within("the bridge to exit", self.child.output())
-            .await
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
+            .stderr(Stdio::piped()),
+    )
 }
 
 /// How many times in a row each restart test goes through a restart.
@@ -301,14 +241,14 @@ fn host_process() {
             let (_dir, socket, _) = setup("hostproc");
             return smol::block_on(async {
                 let host = HostProcess::start(&socket).await;
-                let mut bridge = Bridge::spawn(&socket, &[]);
+                let mut bridge = spawn_bridge(&socket, &[]);
                 bridge.send(INITIALIZE).await;
                 assert_eq!(
                     bridge.json().await["result"]["serverInfo"]["name"],
                     "test-app"
                 );
                 host.exit().await;
-                let (code, stderr) = bridge.finish().await;
+                let (code, stderr) = bridge.finish_with_stderr().await;
                 assert_eq!(code, Some(0), "{}", stderr);
             });
         }
@@ -372,7 +312,7 @@ fn host_process() {
 async fn restart_round(socket: &Path, stop: Stop) {
     let host = HostProcess::start(socket).await;
     let mut host = host;
-    let mut bridge = Bridge::spawn(socket, &[]);
+    let mut bridge = spawn_bridge(socket, &[]);
     bridge.send(INITIALIZE).await;
     assert_eq!(bridge.json().await["id"], 1);
     bridge.send(INITIALIZED).await;
@@ -394,7 +334,7 @@ async fn restart_round(socket: &Path, stop: Stop) {
     let new_host = HostProcess::start(socket).await;
     let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
     assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
-    let (code, stderr) = bridge.finish().await;
+    let (code, stderr) = bridge.finish_with_stderr().await;
     assert_eq!(code, Some(0), "{}", stderr);
     new_host.kill().await;
 }
@@ -420,7 +360,7 @@ fn a_batch_in_flight_when_the_host_is_sigkilled_gets_one_array_of_errors_every_t
     for round in 0..ROUNDS {
         smol::block_on(async {
             let mut host = HostProcess::start(&socket).await;
-            let mut bridge = Bridge::spawn(&socket, &[]);
+            let mut bridge = spawn_bridge(&socket, &[]);
             bridge.send(INITIALIZE).await;
             assert_eq!(bridge.json().await["id"], 1);
             bridge.send(INITIALIZED).await;
@@ -439,7 +379,7 @@ fn a_batch_in_flight_when_the_host_is_sigkilled_gets_one_array_of_errors_every_t
             let new_host = HostProcess::start(&socket).await;
             let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
             assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
-            let (code, stderr) = bridge.finish().await;
+            let (code, stderr) = bridge.finish_with_stderr().await;
             assert_eq!(code, Some(0), "{}", stderr);
             new_host.kill().await;
         });
@@ -469,7 +409,7 @@ fn a_crash_looping_app_is_retried_boundedly_then_reported() {
         let (_dir, socket, seen) = setup("crashloop");
         smol::block_on(async {
             let _app = App::start(&socket, &seen, Manner::CrashLoop);
-            let mut bridge = Bridge::spawn(&socket, &["--reconnect-timeout", "1"]);
+            let mut bridge = spawn_bridge(&socket, &["--reconnect-timeout", "1"]);
             bridge.send(INITIALIZE).await;
             assert_eq!(bridge.json().await["id"], 1);
             bridge.send(INITIALIZED).await;
@@ -499,7 +439,7 @@ fn a_crash_looping_app_is_retried_boundedly_then_reported() {
                 "{}",
                 failure
             );
-            let (code, stderr) = bridge.finish().await;
+            let (code, stderr) = bridge.finish_with_stderr().await;
             assert_eq!(code, Some(1), "{}", stderr);
             let connections = seen.lock().unwrap().connections.len();
             // 1 s of pauses from 100 ms doubling: a handful, not thousands.
@@ -525,20 +465,17 @@ fn held_messages_reach_an_app_that_answers_one_at_a_time_with_a_large_reply() {
         let (_dir, socket, seen) = setup("heldbig");
         smol::block_on(async {
             let app = App::start(&socket, &seen, Manner::Serve);
-            let mut bridge = Bridge::spawn(&socket, &[]);
+            let mut bridge = spawn_bridge(&socket, &[]);
             bridge.send(INITIALIZE).await;
             bridge.json().await;
             bridge.send(INITIALIZED).await;
             bridge
                 .send(r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#)
                 .await;
-            within("the app to get the request", async {
-                while !seen.lock().unwrap().connections[0]
+            eventually("the app to get the request", || {
+                seen.lock().unwrap().connections[0]
                     .iter()
                     .any(|l| l.contains("\"slow\""))
-                {
-                    async_io::Timer::after(std::time::Duration::from_millis(5)).await;
-                }
             })
             .await;
             app.stop().await;
@@ -565,7 +502,7 @@ fn held_messages_reach_an_app_that_answers_one_at_a_time_with_a_large_reply() {
                 let text = reply["result"]["content"][0]["text"].as_str().unwrap();
                 assert_eq!(text.len(), if id == 10 { 1024 * 1024 } else { 8 * 1024 });
             }
-            let (code, stderr) = bridge.finish().await;
+            let (code, stderr) = bridge.finish_with_stderr().await;
             assert_eq!(code, Some(0), "{}", stderr);
         });
         eprintln!("held: round {} of {} passed", round + 1, ROUNDS);
@@ -620,7 +557,7 @@ fn a_restart_does_not_end_the_session() {
     let (_dir, socket, seen) = setup("restart");
     smol::block_on(async {
         let app = App::start(&socket, &seen, Manner::Serve);
-        let mut bridge = Bridge::spawn(&socket, &[]);
+        let mut bridge = spawn_bridge(&socket, &[]);
         bridge.send(INITIALIZE).await;
         assert_eq!(bridge.json().await["id"], 1);
         bridge.send(INITIALIZED).await;
@@ -643,7 +580,7 @@ fn a_restart_does_not_end_the_session() {
             ],
             "tools always; prompts because the app declares them; resources not"
         );
-        let (code, stderr) = bridge.finish().await;
+        let (code, stderr) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(0), "{}", stderr);
     });
     let seen = seen.lock().unwrap();
@@ -675,20 +612,17 @@ fn a_request_in_flight_at_the_hang_up_gets_an_error_at_once() {
     let (_dir, socket, seen) = setup("inflight");
     smol::block_on(async {
         let app = App::start(&socket, &seen, Manner::Serve);
-        let mut bridge = Bridge::spawn(&socket, &[]);
+        let mut bridge = spawn_bridge(&socket, &[]);
         bridge.send(INITIALIZE).await;
         bridge.json().await;
         bridge
             .send(r#"{"jsonrpc":"2.0","id":"slow-1","method":"slow/never"}"#)
             .await;
         // Wait until the app has the request, then let it die.
-        within("the app to get the request", async {
-            while !seen.lock().unwrap().connections[0]
+        eventually("the app to get the request", || {
+            seen.lock().unwrap().connections[0]
                 .iter()
                 .any(|l| l.contains("slow-1"))
-            {
-                async_io::Timer::after(std::time::Duration::from_millis(5)).await;
-            }
         })
         .await;
         app.stop().await;
@@ -718,17 +652,22 @@ fn a_request_in_flight_at_the_hang_up_gets_an_error_at_once() {
 fn an_app_that_starts_late_is_waited_for_and_nothing_is_lost() {
     let (_dir, socket, seen) = setup("late");
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&socket, &["--connect-timeout", "30"]);
+        let mut bridge = spawn_bridge(&socket, &["--connect-timeout", "30"]);
         bridge.send(INITIALIZE).await;
         bridge.send(INITIALIZED).await;
         bridge.send(&call(2, "early")).await;
-        // Give the bridge time to have read all of it while no app exists.
-        async_io::Timer::after(std::time::Duration::from_millis(300)).await;
+        // The bridge has read all of it while no app exists: nothing is
+        // left in its stdin pipe.
+        let stdin = bridge.stdin.as_ref().unwrap();
+        eventually("the bridge to read its stdin", || {
+            rustix::io::ioctl_fionread(stdin).unwrap() == 0
+        })
+        .await;
         assert!(!socket.exists());
         let _app = App::start(&socket, &seen, Manner::Serve);
         assert_eq!(bridge.json().await["id"], 1);
         assert_eq!(bridge.json().await["result"]["content"][0]["text"], "early");
-        let (code, stderr) = bridge.finish().await;
+        let (code, stderr) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(0), "{}", stderr);
     });
     let seen = seen.lock().unwrap();
@@ -749,7 +688,7 @@ fn an_app_that_starts_late_is_waited_for_and_nothing_is_lost() {
 fn an_absent_app_is_reported_to_every_request_under_its_own_id() {
     let (_dir, socket, _seen) = setup("absent");
     smol::block_on(async {
-        let mut bridge = Bridge::spawn(&socket, &["--connect-timeout", "0.2"]);
+        let mut bridge = spawn_bridge(&socket, &["--connect-timeout", "0.2"]);
         let ids = [
             "1",
             "\"abc\"",
@@ -767,7 +706,7 @@ fn an_absent_app_is_reported_to_every_request_under_its_own_id() {
             bridge.send(INITIALIZED).await;
         }
         for id in ids {
-            let line = bridge.line().await;
+            let line = bridge.line().await.expect("a line before stdout ends");
             let expected = format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32000,\"message\":",
                 id
@@ -783,7 +722,7 @@ fn an_absent_app_is_reported_to_every_request_under_its_own_id() {
             assert!(message.contains(&*socket.to_string_lossy()), "{}", message);
             assert!(message.contains("does not exist"), "{}", message);
         }
-        let (code, stderr) = bridge.finish().await;
+        let (code, stderr) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(1), "{}", stderr);
         assert!(stderr.contains("does not exist"), "{}", stderr);
     });
@@ -796,7 +735,7 @@ fn no_reconnect_ends_with_the_app() {
     let (_dir, socket, seen) = setup("plain");
     smol::block_on(async {
         let app = App::start(&socket, &seen, Manner::Serve);
-        let mut bridge = Bridge::spawn(&socket, &["--no-reconnect"]);
+        let mut bridge = spawn_bridge(&socket, &["--no-reconnect"]);
         bridge.send(INITIALIZE).await;
         assert_eq!(bridge.json().await["id"], 1);
         app.stop().await;
@@ -818,7 +757,7 @@ fn an_app_that_does_not_come_back_in_time_is_reported() {
     let (_dir, socket, seen) = setup("gone");
     smol::block_on(async {
         let app = App::start(&socket, &seen, Manner::Serve);
-        let mut bridge = Bridge::spawn(&socket, &["--reconnect-timeout", "0.3"]);
+        let mut bridge = spawn_bridge(&socket, &["--reconnect-timeout", "0.3"]);
         bridge.send(INITIALIZE).await;
         bridge.json().await;
         app.stop().await;
@@ -828,7 +767,7 @@ fn an_app_that_does_not_come_back_in_time_is_reported() {
         assert_eq!(error["error"]["code"], -32000);
         bridge.send(&call(6, "still?")).await;
         assert_eq!(bridge.json().await["id"], 6);
-        let (code, _) = bridge.finish().await;
+        let (code, _) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(1));
     });
 }
@@ -848,7 +787,7 @@ fn a_refusing_app_is_reported_not_retried() {
         let (_dir, socket, seen) = setup("refuse");
         smol::block_on(async {
             let _app = App::start(&socket, &seen, manner);
-            let mut bridge = Bridge::spawn(&socket, &[]);
+            let mut bridge = spawn_bridge(&socket, &[]);
             bridge.send(INITIALIZE).await;
             let error = loop {
                 let message = bridge.json().await;
@@ -860,7 +799,7 @@ fn a_refusing_app_is_reported_not_retried() {
             assert!(message.contains(reason), "{}", message);
             bridge.send(&call(2, "again")).await;
             assert_eq!(bridge.json().await["id"], 2);
-            let (code, stderr) = bridge.finish().await;
+            let (code, stderr) = bridge.finish_with_stderr().await;
             assert_eq!(code, Some(1));
             assert!(stderr.contains(reason), "{}", stderr);
         });
@@ -880,14 +819,14 @@ fn the_log_records_the_session_and_the_restart() {
     let log_arg = log.to_string_lossy().into_owned();
     smol::block_on(async {
         let app = App::start(&socket, &seen, Manner::Serve);
-        let mut bridge = Bridge::spawn(&socket, &["--log", &log_arg]);
+        let mut bridge = spawn_bridge(&socket, &["--log", &log_arg]);
         bridge.send(INITIALIZE).await;
         assert_eq!(bridge.json().await["id"], 1);
         app.stop().await;
         let _app = App::start(&socket, &seen, Manner::Serve);
         let (reply, _) = call_after_restart(&mut bridge, 2, "logged").await;
         assert_eq!(reply["result"]["content"][0]["text"], "logged", "{}", reply);
-        let (code, _) = bridge.finish().await;
+        let (code, _) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(0));
     });
     let text = std::fs::read_to_string(&log).unwrap();

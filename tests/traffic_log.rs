@@ -12,103 +12,40 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
-use support::{is_root, TempDir, BIN, HANG_GUARD, NOBODY};
+use support::{
+    is_root, serve_program, wait_exit_with, Serve, Stderr, TempDir, BIN, HANG_GUARD, NOBODY,
+};
 
-/// A running `mcp-bridge serve`, its stdout and stderr collected.
-struct Serve {
-    child: Child,
-    stdout: Arc<Mutex<Vec<u8>>>,
-    stderr: Arc<Mutex<Vec<u8>>>,
+/// Serves `cat` (which echoes every line back) on `socket`, logging to
+/// `log`, with `env` set.
+fn start_serve(socket: &Path, log: &Path, env: &[(&str, &str)]) -> Serve {
+    start_serve_with(serve_program(None), socket, log, env)
 }
 
-fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
-    let bytes = Arc::new(Mutex::new(Vec::new()));
-    let sink = bytes.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = pipe.read(&mut buf) {
-            sink.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
-    bytes
-}
-
-impl Serve {
-    /// Serves `cat` (which echoes every line back) on `socket`, logging to
-    /// `log`, with `env` set.
-    fn start(socket: &Path, log: &Path, env: &[(&str, &str)]) -> Serve {
-        Serve::start_with(Command::new(BIN), socket, log, env)
-    }
-
-    /// [`start`](Self::start) with `command` as the binary (a shell that
-    /// sets a limit, then runs the binary with the arguments given).
-    fn start_with(mut command: Command, socket: &Path, log: &Path, env: &[(&str, &str)]) -> Serve {
-        let mut child = command
-            .arg("serve")
-            .arg("--endpoint")
-            .arg(socket)
-            .arg("--log")
-            .arg(log)
-            .args(["--", "cat"])
-            .envs(env.iter().copied())
-            .env_remove("MCP_BRIDGE_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let serve = Serve {
-            stdout: collect(child.stdout.take().unwrap()),
-            stderr: collect(child.stderr.take().unwrap()),
-            child,
-        };
-        serve.wait_for(|| serve.stderr().contains("serving"), "serve to start");
-        serve
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
-    }
-
-    fn wait_for(&self, done: impl Fn() -> bool, what: &str) {
-        let start = Instant::now();
-        while !done() {
-            assert!(
-                start.elapsed() < HANG_GUARD,
-                "no {} within {:?}; serve's stderr:\n{}",
-                what,
-                HANG_GUARD,
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// SIGTERM, then waits for the exit; returns the exit code.
-    fn stop(&mut self) -> Option<i32> {
-        let pid = Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, Signal::TERM).unwrap();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(start.elapsed() < HANG_GUARD, "serve did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// [`start_serve`] with `program` as the binary (a shell that sets a
+/// limit, then runs the binary with the arguments given).
+fn start_serve_with(
+    mut program: Command,
+    socket: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> Serve {
+    program
+        .envs(env.iter().copied())
+        .env_remove("MCP_BRIDGE_LOG");
+    let log = log.to_str().unwrap();
+    Serve::launch(
+        program,
+        socket,
+        &["--log", log],
+        &["cat"],
+        Stderr::Collected,
+    )
 }
 
 /// A client connection, as a bridge makes it: the handshake line, then
@@ -164,10 +101,10 @@ fn records(path: &Path) -> Vec<String> {
 }
 
 /// Waits until the log has a record containing `needle`.
-fn wait_for_record(serve: &Serve, log: &Path, needle: &str) {
-    serve.wait_for(
-        || records(log).iter().any(|r| r.contains(needle)),
+fn wait_for_record(serve: &mut Serve, log: &Path, needle: &str) {
+    serve.wait_until(
         &format!("record with '{}' in {}", needle, log.display()),
+        || records(log).iter().any(|r| r.contains(needle)),
     );
 }
 
@@ -182,13 +119,13 @@ fn log_path(dir: &TempDir) -> PathBuf {
 fn serve_logs_both_directions_and_its_events() {
     let dir = TempDir::new("log-e2e", 0o700);
     let log = log_path(&dir);
-    let mut serve = Serve::start(&dir.socket(), &log, &[]);
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#;
     let mut client = Client::connect(&dir.socket(), "agent-1");
     client.echo(&[&request[..], b"\n"].concat());
     drop(client);
-    wait_for_record(&serve, &log, "ended (the bridge disconnected)");
-    assert_eq!(serve.stop(), Some(0));
+    wait_for_record(&mut serve, &log, "ended (the bridge disconnected)");
+    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
 
     let records = records(&log);
     let position = |needle: &str| {
@@ -215,10 +152,7 @@ fn serve_logs_both_directions_and_its_events() {
     let mut sorted = order;
     sorted.sort_unstable();
     assert_eq!(order, sorted, "{}", records.join("\n"));
-    assert!(
-        serve.stdout.lock().unwrap().is_empty(),
-        "serve wrote to stdout"
-    );
+    assert!(serve.stdout().is_empty(), "serve wrote to stdout");
 }
 
 /// Whatever a message holds (JSON's `\n` escapes, a CRLF, invalid UTF-8,
@@ -229,7 +163,7 @@ fn serve_logs_both_directions_and_its_events() {
 fn records_are_one_line_whatever_the_message_holds() {
     let dir = TempDir::new("log-lines", 0o700);
     let log = log_path(&dir);
-    let serve = Serve::start(&dir.socket(), &log, &[]);
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
     let lines: [&[u8]; 5] = [
         b"{\"jsonrpc\":\"2.0\",\"method\":\"log\",\"params\":{\"text\":\"a\\nb\\r\\n\"}}\n",
@@ -243,7 +177,7 @@ fn records_are_one_line_whatever_the_message_holds() {
         client.echo(line);
     }
     drop(client);
-    wait_for_record(&serve, &log, "ended");
+    wait_for_record(&mut serve, &log, "ended");
     let expected = [
         r#"notification method=log len=61 {"jsonrpc":"2.0","method":"log","params":{"text":"a\nb\r\n"}}"#,
         r#"request id=2 method=crlf len=41 {"jsonrpc":"2.0","id":2,"method":"crlf"}\x0d"#,
@@ -271,7 +205,7 @@ fn rotation_at_the_cap_keeps_one_old_file() {
     let dir = TempDir::new("log-rotate", 0o700);
     let log = log_path(&dir);
     let cap = CAP.to_string();
-    let mut serve = Serve::start(
+    let mut serve = start_serve(
         &dir.socket(),
         &log,
         &[("MCP_BRIDGE_LOG_MAX_BYTES", cap.as_str())],
@@ -282,8 +216,8 @@ fn rotation_at_the_cap_keeps_one_old_file() {
         client.echo(line.as_bytes());
     }
     drop(client);
-    wait_for_record(&serve, &log, "ended");
-    assert_eq!(serve.stop(), Some(0));
+    wait_for_record(&mut serve, &log, "ended");
+    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
     assert_eq!(dir.entries(), ["traffic.log", "traffic.log.1"]);
     let old = dir.0.join("traffic.log.1");
     for path in [&log, &old] {
@@ -314,11 +248,11 @@ fn a_log_that_cannot_be_opened_does_not_stop_serve() {
         fs::set_permissions(&read_only, fs::Permissions::from_mode(0o500)).unwrap();
         read_only.join("traffic.log")
     };
-    let serve = Serve::start(&dir.socket(), &log, &[]);
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
     client.echo(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
     drop(client);
-    serve.wait_for(|| serve.stderr().contains("ended"), "the connection to end");
+    serve.wait_for_log("ended");
     let stderr = serve.stderr();
     let warnings: Vec<&str> = stderr
         .lines()
@@ -342,8 +276,8 @@ fn a_log_that_cannot_be_opened_does_not_stop_serve() {
 fn the_log_file_is_created_owner_only() {
     let dir = TempDir::new("log-mode", 0o755);
     let log = log_path(&dir);
-    let serve = Serve::start(&dir.socket(), &log, &[]);
-    wait_for_record(&serve, &log, "event start");
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
+    wait_for_record(&mut serve, &log, "event start");
     let mode = fs::metadata(&log).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "mode {:o}", mode);
 }
@@ -440,27 +374,17 @@ impl Running {
     /// Waits for the exit (failing the test after [`HANG_GUARD`]) and for
     /// the last of its output.
     fn finish(mut self) -> Ran {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "still running after {:?}; stderr: {}",
-                    HANG_GUARD,
-                    String::from_utf8_lossy(&self.stderr.join().unwrap())
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let mut stderr = Some(self.stderr);
+        let mut stderr_text = || {
+            let bytes = stderr.take().unwrap().join().unwrap();
+            String::from_utf8_lossy(&bytes).into_owned()
         };
+        let status = wait_exit_with(&mut self.child, "the bridge", |_| stderr_text());
         self.feeder.join().unwrap();
         Ran {
             status,
             stdout: self.stdout.map_or_else(Vec::new, |h| h.join().unwrap()),
-            stderr: String::from_utf8_lossy(&self.stderr.join().unwrap()).into_owned(),
+            stderr: stderr_text(),
         }
     }
 }
@@ -676,19 +600,19 @@ fn a_link_swapped_in_mid_session_redirects_nothing() {
     fs::write(&victim, b"victim\n").unwrap();
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     let cap = CAP.to_string();
-    let mut serve = Serve::start(
+    let mut serve = start_serve(
         &dir.socket(),
         &log,
         &[("MCP_BRIDGE_LOG_MAX_BYTES", cap.as_str())],
     );
-    wait_for_record(&serve, &log, "event start");
+    wait_for_record(&mut serve, &log, "event start");
     let moved = dir.0.join("moved.log");
     fs::rename(&log, &moved).unwrap();
     std::os::unix::fs::symlink(&victim, &log).unwrap();
 
     let mut client = Client::connect(&dir.socket(), "r");
     client.echo(b"{\"jsonrpc\":\"2.0\",\"id\":\"after-swap\",\"method\":\"m\"}\n");
-    wait_for_record(&serve, &moved, "id=\"after-swap\"");
+    wait_for_record(&mut serve, &moved, "id=\"after-swap\"");
     // Past the cap: the rotation opens FILE by name, and finds the link.
     for n in 0..100 {
         let line = format!(
@@ -699,8 +623,8 @@ fn a_link_swapped_in_mid_session_redirects_nothing() {
         client.echo(line.as_bytes());
     }
     drop(client);
-    serve.wait_for(|| serve.stderr().contains("ended"), "the connection to end");
-    assert_eq!(serve.stop(), Some(0));
+    serve.wait_for_log("ended");
+    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
 
     assert_eq!(fs::read(&victim).unwrap(), b"victim\n");
     assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
@@ -830,7 +754,7 @@ fn a_file_size_limit_stops_the_log_not_the_bridge() {
 fn a_file_size_limit_stops_the_log_not_serve() {
     let dir = TempDir::new("log-fsize-serve", 0o700);
     let log = log_path(&dir);
-    let mut serve = Serve::start_with(under_file_size_limit(), &dir.socket(), &log, &[]);
+    let mut serve = start_serve_with(under_file_size_limit(), &dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
     for n in 0..300 {
         let line = format!(
@@ -841,8 +765,13 @@ fn a_file_size_limit_stops_the_log_not_serve() {
         client.echo(line.as_bytes());
     }
     drop(client);
-    serve.wait_for(|| serve.stderr().contains("ended"), "the connection to end");
-    assert_eq!(serve.stop(), Some(0), "{}", serve.stderr());
+    serve.wait_for_log("ended");
+    assert_eq!(
+        serve.stop(Signal::TERM).code(),
+        Some(0),
+        "{}",
+        serve.stderr()
+    );
     assert!(!dir.socket().exists(), "the socket file was left behind");
     let stderr = serve.stderr();
     let warnings = log_warnings(&stderr);

@@ -10,6 +10,8 @@
 #![cfg(windows)]
 #![cfg(feature = "host")]
 
+mod support;
+
 use std::future::Future;
 use std::io;
 use std::path::Path;
@@ -26,11 +28,7 @@ use mcp_bridge::endpoint;
 use mcp_bridge::handshake::Handshake;
 use mcp_bridge::host::{self, Listener, PipeListener, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 use smol::Unblock;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
-
-/// A budget no healthy run comes near; only a hang exceeds it.
-const GENEROUS: Duration = Duration::from_secs(30);
+use support::{within, BIN, HANG_GUARD, POLL};
 
 /// A pipe name no other test (or test run) uses.
 fn unique_pipe(tag: &str) -> String {
@@ -43,12 +41,26 @@ fn unique_pipe(tag: &str) -> String {
     )
 }
 
-/// Runs `test` to completion, failing if it takes longer than [`GENEROUS`].
+/// Runs `test` to completion, failing if it takes longer than
+/// [`HANG_GUARD`].
 fn run<T>(test: impl Future<Output = T>) -> T {
-    smol::block_on(future::or(test, async {
-        Timer::after(GENEROUS).await;
-        panic!("the test hung for {:?}", GENEROUS)
-    }))
+    smol::block_on(within("the test", test))
+}
+
+/// Binds `pipe` again once the name is free: a moment after the drop of
+/// its last listener (see `host_listener_does_not_join_a_live_pipe`).
+async fn bind_again(pipe: &str) -> Listener {
+    within("the pipe name to be free", async {
+        loop {
+            match Listener::bind(pipe) {
+                Ok(listener) => return listener,
+                Err(_) => {
+                    Timer::after(POLL).await;
+                }
+            }
+        }
+    })
+    .await
 }
 
 /// The bridge as a child process with piped stdio, killed if a test fails
@@ -343,7 +355,9 @@ fn busy_pipe_waits_then_connects() {
     let listener = PipeListener::bind(&pipe).unwrap();
     run(async {
         // Someone else takes the one waiting instance.
-        let first = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+        let first = endpoint::connect(Path::new(&pipe), HANG_GUARD)
+            .await
+            .unwrap();
         let mut bridge = Bridge::spawn(&pipe, &["--connect-timeout", "20", "--project", "p"]);
         // Accepting the first client readies the next instance; the bridge
         // connecting to it, and exiting cleanly, shows it waited rather
@@ -369,7 +383,9 @@ fn busy_pipe_that_stays_busy_times_out() {
     let pipe = unique_pipe("busy-timeout");
     let _listener = PipeListener::bind(&pipe).unwrap();
     run(async {
-        let _first = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+        let _first = endpoint::connect(Path::new(&pipe), HANG_GUARD)
+            .await
+            .unwrap();
         let started = Instant::now();
         let bridge = Bridge::spawn(&pipe, &["--connect-timeout", "0.5"]);
         let (status, stderr) = bridge.wait().await;
@@ -476,7 +492,9 @@ fn dropping_a_connection_ends_the_peers_stream() {
     let listener = PipeListener::bind(&pipe).unwrap();
     run(async {
         for server_drops in [true, false] {
-            let client = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+            let client = endpoint::connect(Path::new(&pipe), HANG_GUARD)
+                .await
+                .unwrap();
             let server = listener.accept().await.unwrap();
             if server_drops {
                 drop_while_reading(server, client).await;
@@ -529,7 +547,7 @@ fn a_cancelled_accept_leaves_the_pipe_listening() {
             .await;
             assert!(gave_up.is_none(), "nobody was connecting");
         }
-        let client = endpoint::connect(Path::new(&pipe), GENEROUS)
+        let client = endpoint::connect(Path::new(&pipe), HANG_GUARD)
             .await
             .expect("the pipe still has its instance");
         let taken = listener.accept().await.unwrap();
@@ -618,7 +636,7 @@ fn host_listener_does_not_join_a_live_pipe() {
 /// A raw client that sends `bytes` (errors ignored: the host may hang up
 /// mid-way) and then waits, returning when it reads the end of the stream.
 async fn bad_client(pipe: &str, bytes: Vec<u8>) -> smol::Task<()> {
-    let (mut reader, mut writer) = endpoint::connect(Path::new(pipe), GENEROUS)
+    let (mut reader, mut writer) = endpoint::connect(Path::new(pipe), HANG_GUARD)
         .await
         .expect("connect");
     smol::spawn(async move {
@@ -742,7 +760,7 @@ impl Serve {
 
     /// Waits for a stderr line containing `needle`, and returns it.
     fn wait_for_line(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + GENEROUS;
+        let deadline = Instant::now() + HANG_GUARD;
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             match self.stderr.recv_timeout(left) {
@@ -875,16 +893,7 @@ fn a_late_pipe_and_a_restart_are_survived() {
 
         // The app restarts.
         drop((requests, replies, listener));
-        let listener = loop {
-            // The name is free a moment after the drop (see
-            // host_listener_does_not_join_a_live_pipe).
-            match Listener::bind(&pipe) {
-                Ok(listener) => break listener,
-                Err(_) => {
-                    Timer::after(Duration::from_millis(20)).await;
-                }
-            }
-        };
+        let listener = bind_again(&pipe).await;
         let connection = listener.accept().await.unwrap();
         assert!(connection.handshake.resumed);
         let mut requests = BufReader::new(connection.reader).lines();
@@ -936,7 +945,7 @@ async fn pipe_exists(pipe: &str) -> bool {
 /// Waits until the pipe `pipe` no longer exists: its last server is gone.
 async fn until_gone(pipe: &str) {
     while pipe_exists(pipe).await {
-        Timer::after(Duration::from_millis(50)).await;
+        Timer::after(POLL).await;
     }
 }
 
@@ -1043,7 +1052,9 @@ fn a_bridge_whose_parent_exits_leaves() {
 
 /// Connects to `pipe` and sends a handshake.
 async fn connect_with_handshake(pipe: &str) -> (endpoint::Reader, endpoint::Writer) {
-    let (reader, mut writer) = endpoint::connect(Path::new(pipe), GENEROUS).await.unwrap();
+    let (reader, mut writer) = endpoint::connect(Path::new(pipe), HANG_GUARD)
+        .await
+        .unwrap();
     writer
         .write_all(&Handshake::new("p", "limits").to_line())
         .await
@@ -1095,10 +1106,16 @@ fn serve_refuses_beyond_what_its_threads_allow() {
     run(async {
         // Two peers that send nothing fill the pipe's 12 places.
         let _silent = [
-            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
-            endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap(),
+            endpoint::connect(Path::new(&pipe), HANG_GUARD)
+                .await
+                .unwrap(),
+            endpoint::connect(Path::new(&pipe), HANG_GUARD)
+                .await
+                .unwrap(),
         ];
-        let (reader, _writer) = endpoint::connect(Path::new(&pipe), GENEROUS).await.unwrap();
+        let (reader, _writer) = endpoint::connect(Path::new(&pipe), HANG_GUARD)
+            .await
+            .unwrap();
         let mut lines = BufReader::new(reader).lines();
         let line = lines.next().await.unwrap().unwrap();
         assert!(line.contains(r#""code":-32000"#), "{}", line);
@@ -1214,14 +1231,7 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
             .await;
             // The listener goes and comes back while the connection lives.
             drop(listener);
-            listener = loop {
-                match Listener::bind(&pipe) {
-                    Ok(listener) => break listener,
-                    Err(_) => {
-                        Timer::after(Duration::from_millis(20)).await;
-                    }
-                }
-            };
+            listener = bind_again(&pipe).await;
             drop((requests, replies));
             connection = listener.accept().await.unwrap();
             assert!(connection.handshake.resumed);

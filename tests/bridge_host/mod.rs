@@ -31,24 +31,26 @@ pub struct Connection {
     pub writer: UnixStream,
 }
 
+/// Whether the socket file at `path` has no listener behind it.
+fn is_stale(path: &Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) => e.kind() == io::ErrorKind::ConnectionRefused,
+        Ok(_) => false,
+    }
+}
+
 impl Listener {
-    /// Binds `path`, taking it over from a host that died without removing
-    /// its socket file (nobody accepts there any more), as the library's
-    /// host does: the restart tests SIGKILL a host and start the next one
-    /// on the same path.
+    /// Listens at `path`, replacing a stale socket file there (one whose
+    /// listener is gone, as a SIGKILLed app leaves it), as the library's
+    /// host does when an app restarts.
     pub fn bind(path: impl AsRef<Path>) -> io::Result<Listener> {
         let path = path.as_ref().to_path_buf();
         let socket = match UnixListener::bind(&path) {
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                match std::os::unix::net::UnixStream::connect(&path) {
-                    Err(refused) if refused.kind() == io::ErrorKind::ConnectionRefused => {
-                        std::fs::remove_file(&path)?;
-                        UnixListener::bind(&path)?
-                    }
-                    _ => return Err(e),
-                }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && is_stale(&path) => {
+                std::fs::remove_file(&path)?;
+                UnixListener::bind(&path)?
             }
-            other => other?,
+            result => result?,
         };
         Ok(Listener { socket, path })
     }

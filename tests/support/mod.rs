@@ -1,21 +1,28 @@
 //! Helpers shared by the integration tests (each test file includes this
-//! module and uses only part of it).
+//! module and uses only part of it): one hang guard ([`HANG_GUARD`], with
+//! [`within`]), one way to wait for something ([`until`], [`eventually`],
+//! [`wait_exit`]), the bridge as a CLI spawns it (`bridge.rs`), and
+//! `mcp-bridge serve` (`serve.rs`, with the `serve` feature).
 //!
-//! This file is platform-neutral, so any test file can include it; what
-//! only Unix has (temporary directories with modes, foreign users, the
-//! recording listener) is in `unix.rs` and `listener.rs`, re-exported here
+//! This file and `bridge.rs` are platform-neutral, so any test file can
+//! include them; what only Unix has (temporary directories with modes,
+//! foreign users, processes by pid, the recording listener, serve's
+//! signals) is in `unix.rs`, `listener.rs` and `serve.rs`, re-exported here
 //! on Unix.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::process::{Child, Output};
+use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
 use futures_lite::future;
 
+mod bridge;
 #[cfg(unix)]
 mod listener;
+#[cfg(all(unix, feature = "serve"))]
+mod serve;
 #[cfg(unix)]
 mod unix;
 // Only the test binaries that run a recording listener use it.
@@ -24,6 +31,12 @@ mod unix;
 pub use listener::*;
 #[cfg(unix)]
 pub use unix::*;
+// Only the test binaries that spawn bridges or serve use these.
+#[allow(unused_imports)]
+pub use bridge::*;
+#[cfg(all(unix, feature = "serve"))]
+#[allow(unused_imports)]
+pub use serve::*;
 
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
@@ -33,6 +46,37 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 /// generous, because a loaded 2-core CI machine can starve a freshly
 /// spawned process for seconds.
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// How often a test that waits for something looks again.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Waits until `done` holds, looking every [`POLL`]; fails the test after
+/// [`HANG_GUARD`], naming `what` it waited for.
+pub fn until(what: &str, done: impl FnMut() -> bool) {
+    until_with(what, done, String::new)
+}
+
+/// [`until`], adding `context()` (what the test has seen so far, such as
+/// a process's stderr) to the failure message.
+pub fn until_with(what: &str, mut done: impl FnMut() -> bool, context: impl FnOnce() -> String) {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > HANG_GUARD {
+            panic!("no {} within {:?}\n{}", what, HANG_GUARD, context());
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// [`until`] for async tests: waits without blocking the executor.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    within(what, async {
+        while !done() {
+            Timer::after(POLL).await;
+        }
+    })
+    .await
+}
 
 /// Runs `work` to completion, failing the test if it takes longer than
 /// [`HANG_GUARD`]; `what` names what was awaited in the failure message.
@@ -53,13 +97,45 @@ pub async fn within_limit<T>(limit: Duration, what: &str, work: impl Future<Outp
 /// The child's output once it exits; killed (and the test failed) if it
 /// has not exited within [`HANG_GUARD`]. `what` names it in the failure.
 pub fn wait_output(mut child: Child, what: &str) -> Output {
+    wait_exit(&mut child, what);
+    child.wait_with_output().unwrap()
+}
+
+/// Waits for the child to exit; kills it and fails the test, with its
+/// stderr if that is still piped here, if it has not exited within
+/// [`HANG_GUARD`]. `what` names it in the failure.
+pub fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    wait_exit_with(child, what, |child| {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        stderr
+    })
+}
+
+/// [`wait_exit`], the failure message adding `context(child)` (called once
+/// the child is killed and reaped, so its pipes are at their end).
+pub fn wait_exit_with(
+    child: &mut Child,
+    what: &str,
+    context: impl FnOnce(&mut Child) -> String,
+) -> ExitStatus {
     let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
         if started.elapsed() > HANG_GUARD {
             let _ = child.kill();
-            panic!("{} did not exit within {:?}", what, HANG_GUARD);
+            let _ = child.wait();
+            panic!(
+                "{} did not exit within {:?}; stderr: {}",
+                what,
+                HANG_GUARD,
+                context(child)
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    child.wait_with_output().unwrap()
 }

@@ -167,10 +167,13 @@ pub fn is_running(pid: u32) -> bool {
 /// Waits until `pid` has stopped running; fails the test if it never does
 /// within [`HANG_GUARD`](super::HANG_GUARD).
 pub async fn stops_running(pid: u32) {
-    super::within("a process to stop", async {
-        while is_running(pid) {
-            async_io::Timer::after(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
+    super::eventually("a process to stop", || !is_running(pid)).await
+}
+
+/// Whether process `pid` exists, a zombie included: a child its parent has
+/// yet to reap still counts, which is what a test of the reaping asks (see
+/// [`is_running`] for whether it still runs).
+pub fn exists(pid: u32) -> bool {
+    rustix::process::Pid::from_raw(pid as i32)
+        .map_or(false, |pid| rustix::process::test_kill_process(pid).is_ok())
 }
