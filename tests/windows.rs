@@ -1215,9 +1215,21 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
         let mut listener = Listener::bind(&pipe).unwrap();
         let mut connection = listener.accept().await.unwrap();
         assert!(!connection.handshake.resumed);
+        // The session the bridge replays to each new instance.
+        let initialize = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{}}"#;
+        let initialized = r#"{"jsonrpc":"2.0","id":"init","result":{"capabilities":{"tools":{}}}}"#;
+        let mut requests = BufReader::new(connection.reader).lines();
+        let mut replies = connection.writer;
+        round_trip(
+            &mut bridge,
+            &mut out,
+            &mut requests,
+            &mut replies,
+            initialize,
+            initialized,
+        )
+        .await;
         for round in 0..3 {
-            let mut requests = BufReader::new(connection.reader).lines();
-            let mut replies = connection.writer;
             let request = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, round);
             let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, round);
             round_trip(
@@ -1235,6 +1247,20 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
             drop((requests, replies));
             connection = listener.accept().await.unwrap();
             assert!(connection.handshake.resumed);
+            requests = BufReader::new(connection.reader).lines();
+            replies = connection.writer;
+            let replayed = requests.next().await.unwrap().unwrap();
+            assert!(
+                replayed.contains(r#""id":"mcp-bridge-replay-1""#),
+                "{}",
+                replayed
+            );
+            let result = r#"{"jsonrpc":"2.0","id":"mcp-bridge-replay-1","result":{"capabilities":{"tools":{}}}}"#;
+            replies
+                .write_all(format!("{}\n", result).as_bytes())
+                .await
+                .unwrap();
+            replies.flush().await.unwrap();
             assert_eq!(
                 out.next().await.unwrap().unwrap(),
                 r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
@@ -1242,7 +1268,7 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
             );
         }
         bridge.close_stdin().await;
-        drop(connection);
+        drop((requests, replies, listener));
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
     });
