@@ -37,7 +37,13 @@ fn main() -> ExitCode {
         }
     };
     match run(command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            // A success may have warned on the way (a traffic log refused,
+            // say): those lines are still queued for stderr, and an exit
+            // now would lose the ones the writer thread has not reached.
+            mcp_bridge::diag::flush(LAST_WORDS);
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let hint = hint(&*e).map_or(String::new(), |h| format!(" ({})", h));
             report(&format!(
