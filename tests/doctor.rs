@@ -732,7 +732,11 @@ fn doctor_bounds_a_write_the_app_does_not_read() {
     fake_app(&socket, |mut app| {
         app.initialize()?;
         let request = app.request().expect("tools/list");
-        let cursor = "c".repeat(8 << 20);
+        // Far more than a socket's buffers hold (a few hundred KiB), so the
+        // write of page 2's request blocks; small enough that reading page 1
+        // fits the step's bound on a loaded machine (8 MiB did not, beside
+        // two CPU hogs).
+        let cursor = "c".repeat(2 << 20);
         app.answer(
             &request,
             json!({"tools": [{"name": "a"}], "nextCursor": cursor}),
@@ -746,7 +750,7 @@ fn doctor_bounds_a_write_the_app_does_not_read() {
         "--endpoint",
         socket.to_str().unwrap(),
         "--timeout",
-        "1",
+        "3",
         "--json",
     ]);
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
@@ -754,7 +758,7 @@ fn doctor_bounds_a_write_the_app_does_not_read() {
     assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
     assert_eq!(
         report["error"],
-        "sending tools/list (page 2) did not finish within 1s: the app is not reading what it is sent"
+        "sending tools/list (page 2) did not finish within 3s: the app is not reading what it is sent"
     );
 }
 
