@@ -355,6 +355,23 @@ pub(crate) type DynWrite<'a> = dyn AsyncWrite + Unpin + 'a;
 /// See [`DynRead`].
 pub(crate) type DynWatch<'a> = dyn FnMut(&[u8]) + 'a;
 
+/// The other way a relay's client side ends: stdin's writers are gone while
+/// the relay cannot read stdin (blocked sending to an app that stopped
+/// reading), and the drain grace starts all the same. Never, without a
+/// hang-up watcher. Raced against the relay by the session and the plain
+/// relay alike.
+pub(crate) async fn input_closed_then_grace<E>(
+    hangups: Option<&stdio::Hangups>,
+    grace: Duration,
+) -> Result<Ending, E> {
+    match hangups {
+        Some(hangups) => hangups.input_closed().await,
+        None => future::pending().await,
+    }
+    async_io::Timer::after(grace).await;
+    Ok(Ending::ClientClosed { drained: false })
+}
+
 /// A connection attempt's future, borrowing its connector.
 pub(crate) type Connecting<'a, AR, AW> =
     Pin<Box<dyn Future<Output = Result<(AR, AW), BridgeError>> + 'a>>;

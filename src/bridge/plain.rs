@@ -74,15 +74,7 @@ where
         &mut up as &mut DynWatch<'_>,
         &mut down_watch as &mut DynWatch<'_>,
     );
-    let grace = config.drain_grace;
-    let input_closed = async {
-        match hangups {
-            Some(hangups) => hangups.input_closed().await,
-            None => future::pending().await,
-        }
-        async_io::Timer::after(grace).await;
-        Ok(Ending::ClientClosed { drained: false })
-    };
+    let input_closed = super::input_closed_then_grace(hangups, config.drain_grace);
     let ending = future::or(relayed, input_closed)
         .await
         .map_err(BridgeError::Relay)?;

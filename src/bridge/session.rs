@@ -520,19 +520,7 @@ where
             &mut up as &mut DynWatch<'_>,
             &mut down_watch as &mut DynWatch<'_>,
         );
-        // stdin's writers gone while the relay cannot read it (blocked
-        // sending to an app that stopped reading): the drain grace starts
-        // all the same.
-        let grace = self.config.drain_grace;
-        let hangups = self.hangups;
-        let input_closed = async {
-            match hangups {
-                Some(hangups) => hangups.input_closed().await,
-                None => future::pending().await,
-            }
-            async_io::Timer::after(grace).await;
-            Ok(Ending::ClientClosed { drained: false })
-        };
+        let input_closed = super::input_closed_then_grace(self.hangups, self.config.drain_grace);
         let ended = future::or(relayed, input_closed).await;
         self.pending = pending.into_inner();
         self.client.replay = replay.into_inner();
