@@ -284,7 +284,7 @@ pub(super) fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
 pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
     let mut ids = Vec::new();
     let mut scanner = Scanner::new();
-    for element in batch_elements(line) {
+    envelope::for_each_array_element(line, &mut |element| {
         let mut element = element.to_vec();
         element.push(b'\n');
         let mut push = |id: &[u8]| {
@@ -296,7 +296,7 @@ pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
             (Kind::Response | Kind::ErrorResponse, Some(id)) if responses => push(id),
             _ => {}
         });
-    }
+    });
     ids
 }
 
@@ -320,44 +320,6 @@ pub(super) fn array_of_errors(ids: &[u8], message: &str) -> Vec<u8> {
     }
     out.extend_from_slice(b"]\n");
     out
-}
-
-/// The raw elements of a JSON array on one line (nesting and strings
-/// followed, nothing validated).
-fn batch_elements(line: &[u8]) -> Vec<&[u8]> {
-    let mut elements = Vec::new();
-    let start = match line.iter().position(|&b| b == b'[') {
-        Some(start) => start + 1,
-        None => return elements,
-    };
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    let mut from = start;
-    for (i, &b) in line.iter().enumerate().skip(start) {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' if depth > 0 => depth -= 1,
-            b']' if depth > 0 => depth -= 1,
-            b',' | b']' if depth == 0 => {
-                elements.push(&line[from..i]);
-                from = i + 1;
-                if b == b']' {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    elements
 }
 
 #[cfg(test)]

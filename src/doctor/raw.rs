@@ -34,39 +34,12 @@ pub(super) fn text_member(members: &BTreeMap<String, &RawValue>, key: &str) -> S
 /// a page of a million items costs no more than its text. Returns `false`
 /// if `array` is not an array.
 pub(super) fn for_each_element(array: &str, mut each: impl FnMut(&str)) -> bool {
-    let bytes = array.as_bytes();
-    if bytes.first() != Some(&b'[') {
-        return false;
-    }
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut start = 1;
-    for (i, &b) in bytes.iter().enumerate().skip(1) {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
+    crate::envelope::for_each_array_element(array.as_bytes(), &mut |element| {
+        // Cut at ASCII delimiters and blanks, so still UTF-8.
+        if let Ok(element) = std::str::from_utf8(element) {
+            each(element);
         }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' if depth > 0 => depth -= 1,
-            b',' | b']' if depth == 0 => {
-                let element = array[start..i].trim();
-                if !element.is_empty() {
-                    each(element);
-                }
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    true
+    })
 }
 
 /// The name (or URI) of a list item, cut to [`NAME_BYTES`].

@@ -55,6 +55,7 @@ mod values;
 
 pub(crate) use error_line::{error_response_line, push_error_response};
 use fast::{find_newline, skip_string, StringEnd, CLOSE, NESTED, OPEN, PLAIN, QUOTE, SCALAR_END};
+pub(crate) use values::for_each_array_element;
 use values::{is_valid_id, unescape};
 
 /// Longest `id` captured, in raw bytes as written (quotes and escapes

@@ -526,3 +526,35 @@ fn string_stop_search_finds_the_first_stop_byte() {
         assert_eq!(find_newline(&plain), None);
     }
 }
+
+/// The array walker the bridge (batch lines) and doctor (pages) share:
+/// strings and nesting hide their commas and brackets, blanks around an
+/// element and a byte order mark are not part of it, and only an array is
+/// walked.
+#[test]
+fn array_elements_are_cut_at_top_level_commas_only() {
+    let elements = |json: &[u8]| {
+        let mut found = Vec::new();
+        let is_array = super::for_each_array_element(json, &mut |e| {
+            found.push(String::from_utf8(e.to_vec()).unwrap())
+        });
+        (is_array, found)
+    };
+    let line = b"\xEF\xBB\xBF [ {\"a\":\"x],\\\"{\"} , [1,[2]],\"s,]\" ,3 ]\n";
+    assert_eq!(
+        elements(line),
+        (
+            true,
+            vec![
+                "{\"a\":\"x],\\\"{\"}".to_string(),
+                "[1,[2]]".to_string(),
+                "\"s,]\"".to_string(),
+                "3".to_string(),
+            ]
+        )
+    );
+    assert_eq!(elements(b"[]"), (true, vec![]));
+    assert_eq!(elements(b"[ ]\n"), (true, vec![]));
+    assert_eq!(elements(b"{\"id\":1}"), (false, vec![]));
+    assert_eq!(elements(b""), (false, vec![]));
+}

@@ -161,3 +161,53 @@ fn is_number(raw: &[u8]) -> bool {
     }
     i == raw.len()
 }
+
+/// Calls `each` with every element of the JSON array that starts `json`
+/// (after blanks and a byte order mark), as a slice of it without the blanks
+/// around it, empty ones skipped: strings and nesting are followed, nothing
+/// is validated or decoded. `false` if `json` is not an array. Shared by
+/// the bridge (the requests of a batch line) and doctor (the items of a
+/// page), neither of which builds a tree; compiled once, over a `dyn`
+/// callback.
+pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -> bool {
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let json = json.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(json);
+    let open = match json.iter().position(|b| !blank(b)) {
+        Some(open) if json[open] == b'[' => open,
+        _ => return false,
+    };
+    let mut emit = |element: &[u8]| {
+        let start = element.iter().position(|b| !blank(b));
+        let end = element.iter().rposition(|b| !blank(b));
+        if let (Some(start), Some(end)) = (start, end) {
+            each(&element[start..=end]);
+        }
+    };
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut from = open + 1;
+    for (i, &b) in json.iter().enumerate().skip(from) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b',' | b']' if depth == 0 => {
+                emit(&json[from..i]);
+                from = i + 1;
+                if b == b']' {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
