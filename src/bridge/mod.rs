@@ -11,9 +11,9 @@
 //! byte) so that when the app cannot be reached, refuses, or restarts, the
 //! client is told why in the protocol and the session is carried over:
 //! `session.rs` has the whole story (the state machine and its bounds),
-//! `offline.rs` the line-by-line handling while no app is relayed to,
-//! `replay.rs` what is recorded and replayed, `pending.rs` the requests in
-//! flight. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
+//! `ledger/` everything the traffic teaches (requests in flight, the
+//! session to replay), `hold.rs` the line-by-line handling of stdin while
+//! no app is relayed to, `resume.rs` the replay to a new instance. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
 //! relayed bytes and those whole-line error responses only; every
 //! diagnostic is a [`BridgeError`] for the caller to print on stderr.
 
@@ -25,18 +25,17 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite};
+use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-mod offline;
-mod pending;
+mod hold;
+mod ledger;
 mod plain;
-mod replay;
+mod resume;
 mod session;
 mod stale;
 #[cfg(test)]
 mod tests;
 
-pub use offline::HOLD_LIMIT;
 pub use session::{
     CRASH_LOOP_LIMIT, CRASH_LOOP_WINDOW, FAILED_LIMIT, FIRST_PAUSE, PAUSE_CAP,
     RESUME_REPLY_TIMEOUT, STAYED_UP,
@@ -54,6 +53,15 @@ use crate::traffic_log::{LogOptions, TrafficLog};
 /// MCP CLIs show as `MCP error -32000: <message>`. The one definition of
 /// `-32000`; the host re-exports it as `host::REFUSAL_CODE`.
 pub const ERROR_CODE: i64 = -32000;
+
+/// Most bytes of client messages held while the app is away. A client
+/// sends a handful of small requests while it waits for a reply; more than
+/// this is answered with an error instead of held.
+pub const HOLD_LIMIT: usize = 1024 * 1024;
+
+/// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
+/// it is followed, so that each request in it can be answered.
+const BATCH_LIMIT: usize = HOLD_LIMIT;
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
@@ -424,7 +432,7 @@ impl Connector for EndpointConnector<'_> {
             if let Some(log) = log {
                 log.handshake_sent(&line);
             }
-            session::send(&mut writer, &line)
+            send(&mut writer, &line)
                 .await
                 .map_err(|source| BridgeError::Handshake {
                     endpoint: config.endpoint.clone(),
@@ -433,4 +441,10 @@ impl Connector for EndpointConnector<'_> {
             Ok((reader, writer))
         })
     }
+}
+
+/// Writes all of `bytes` and flushes.
+async fn send(out: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(bytes).await?;
+    out.flush().await
 }

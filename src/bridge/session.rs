@@ -21,8 +21,8 @@
 //! - **Online**: the [relay](crate::relay) forwards bytes both ways,
 //!   unchanged and at once, while each direction's chunks are shown to a
 //!   streaming [envelope scanner](crate::envelope): the bridge learns which
-//!   requests are [pending](super::pending) and records the session for
-//!   [replay](super::replay). What was held offline is relayed first, by
+//!   requests are pending and records the session for replay, in the
+//!   [ledger](super::ledger). What was held offline is relayed first, by
 //!   the relay itself, so the app's replies are read while it is written.
 //! - **Offline** (connecting, resuming, failed): the bridge owns both ends
 //!   of stdio and works [line by line](super::offline): lines are held (up
@@ -61,14 +61,16 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Cursor};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, Cursor};
 
-use super::offline::{array_of_errors, Client, LineFate, HOLD_LIMIT};
-use super::pending::Pending;
-use super::replay::{self, member};
+use super::hold::{Client, LineFate};
+use super::ledger::{Dest, Ledger};
+use super::resume;
 use super::stale::Filtered;
-use super::{BridgeError, Config, Connector, DynRead, DynWatch, DynWrite, ERROR_CODE};
-use crate::envelope::{self, Kind, Scanner};
+use super::{
+    send, BridgeError, Config, Connector, DynRead, DynWatch, DynWrite, ERROR_CODE, HOLD_LIMIT,
+};
+use crate::envelope::{self, array_of_errors, Kind, Scanner};
 use crate::relay::{self, Ending, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{Direction, LineTap, TrafficLog};
@@ -185,7 +187,7 @@ pub(super) struct Session<'a, R, W, C> {
     connector: C,
     client: Client<R>,
     stdout: W,
-    pending: Pending,
+    ledger: Ledger,
     hangups: Option<&'a Hangups>,
     /// The traffic log, if one was asked for, and a line tap per direction
     /// (whole session, so lines cut by a reconnect stay one record).
@@ -218,7 +220,7 @@ where
             connector,
             client: Client::new(stdin),
             stdout,
-            pending: Pending::default(),
+            ledger: Ledger::default(),
             hangups,
             log,
             up_tap: log.map(|log| log.tap(Direction::CliToApp)),
@@ -259,6 +261,7 @@ where
         );
         let held = hold_while(
             &mut self.client,
+            &mut self.ledger,
             &mut self.stdout,
             self.log,
             budget,
@@ -290,7 +293,14 @@ where
             }
             let pause = outage.pause.min(outage.deadline - now);
             let paused = async_io::Timer::after(pause);
-            let held = hold_while(&mut self.client, &mut self.stdout, self.log, grace, paused);
+            let held = hold_while(
+                &mut self.client,
+                &mut self.ledger,
+                &mut self.stdout,
+                self.log,
+                grace,
+                paused,
+            );
             if let Held::Eof = held.await? {
                 return self.end_on_eof().await;
             }
@@ -301,7 +311,7 @@ where
                 log.reconnect(self.attempts + 1, pause, &why);
             }
             let left = outage.deadline.saturating_duration_since(Instant::now());
-            let snapshot = self.client.replay.clone();
+            let snapshot = self.ledger.record.clone();
             let (log, endpoint) = (self.log, self.config.endpoint.clone());
             self.attempts += 1;
             let connecting = attempt(
@@ -325,7 +335,7 @@ where
                     // cure.
                     Err(e) => return Err(Failure::Final(e)),
                 };
-                let replaying = replay::resume(&snapshot, &mut reader, &mut writer);
+                let replaying = resume::resume(&snapshot, &mut reader, &mut writer);
                 match wait::timeout(reply_timeout, replaying).await {
                     Some(Ok(resumed)) => Ok((reader, writer, resumed)),
                     Some(Err(failure)) if failure.rejected => {
@@ -341,7 +351,14 @@ where
                     ))),
                 }
             };
-            let held = hold_while(&mut self.client, &mut self.stdout, log, grace, attempt);
+            let held = hold_while(
+                &mut self.client,
+                &mut self.ledger,
+                &mut self.stdout,
+                log,
+                grace,
+                attempt,
+            );
             match held.await? {
                 Held::Eof => return self.end_on_eof().await,
                 Held::Done(Ok((reader, writer, resumed))) => {
@@ -350,7 +367,7 @@ where
                             "replayed the session (initialize and what followed it)"
                         ));
                     }
-                    let notices = replay::list_changed_notifications(&resumed);
+                    let notices = resume::list_changed_notifications(&resumed);
                     self.write_out(&notices).await?;
                     return Ok(Phase::Online(Connection {
                         reader,
@@ -409,7 +426,9 @@ where
             && self.client.up.mid_line()
             && self.client.eof.is_none()
         {
-            self.client.read_offline(&LineFate::Hold).await?;
+            self.client
+                .read_offline(&LineFate::Hold, &mut self.ledger)
+                .await?;
             self.write_owed().await?;
         }
         self.write_owed().await?;
@@ -420,19 +439,17 @@ where
             outage,
         } = connection;
         let first = outage.is_none() && self.hang_ups.is_empty();
-        let held = self.client.take_held(&mut self.pending);
+        let held = self.client.take_held(&mut self.ledger);
         let mut unseen_held = held.len();
         let mut in_held = false;
         let client = &mut self.client;
         let (up_tap, down_tap) = (&mut self.up_tap, &mut self.down_tap);
-        let pending = RefCell::new(std::mem::take(&mut self.pending));
-        let replay = RefCell::new(std::mem::take(&mut client.replay));
+        let ledger = RefCell::new(std::mem::take(&mut self.ledger));
         let mut down = Scanner::new();
         let mut heard = 0u64;
         let mut lines = 0u64;
         let mut refusal: Option<String> = None;
         let up_scanner = &mut client.up;
-        let app_requests = &client.app_requests;
         let up = |chunk: &[u8]| {
             if let Some(tap) = up_tap.as_mut() {
                 tap.feed(chunk);
@@ -442,72 +459,45 @@ where
             unseen_held -= skip;
             in_held = skip > 0;
             let part = &chunk[skip..];
-            pending
+            ledger
                 .borrow_mut()
+                .pending
                 .batches
                 .up
                 .chunk(part, up_scanner.mid_line());
             up_scanner.feed(part, |envelope| {
-                let mut pending = pending.borrow_mut();
-                pending.batches.up_line(part, envelope.len);
-                match envelope.kind {
-                    Kind::Request => {
-                        match envelope.id {
-                            Some(id) => pending.insert(id),
-                            None => pending.long_id(true),
-                        }
-                        replay.borrow_mut().client_sent(&envelope);
-                    }
-                    Kind::Response | Kind::ErrorResponse => {
-                        if let Some(id) = envelope.id {
-                            app_requests.borrow_mut().client_replied(id);
-                        }
-                    }
-                    Kind::Notification if envelope.method == Some("notifications/cancelled") => {
-                        let cancelled = envelope
-                            .line
-                            .and_then(|line| member(member(line, "params")?, "requestId"));
-                        if let Some(id) = cancelled {
-                            pending.remove(id);
-                        }
-                    }
-                    _ => replay.borrow_mut().client_sent(&envelope),
-                }
+                let mut ledger = ledger.borrow_mut();
+                ledger.pending.batches.up_line(part, envelope.len);
+                // Stale replies were taken out before the relay saw them.
+                let _ = ledger.client_line(&envelope, Dest::App);
             });
-            pending.borrow_mut().batches.up.chunk_end(part);
+            ledger.borrow_mut().pending.batches.up.chunk_end(part);
         };
         let down_watch = |chunk: &[u8]| {
             if let Some(tap) = down_tap.as_mut() {
                 tap.feed(chunk);
             }
             heard += chunk.len() as u64;
-            pending
+            ledger
                 .borrow_mut()
+                .pending
                 .batches
                 .down
                 .chunk(chunk, down.mid_line());
             down.feed(chunk, |envelope| {
-                let mut pending = pending.borrow_mut();
-                pending.batches.down_line(chunk, envelope.len);
+                let mut ledger = ledger.borrow_mut();
+                ledger.pending.batches.down_line(chunk, envelope.len);
                 lines += 1;
                 let refuses = envelope.kind == Kind::ErrorResponse && envelope.id == Some(b"null");
                 if lines == 1 && refuses {
                     let reason = envelope.error_message.unwrap_or("(no reason given)");
                     refusal = Some(reason.to_string());
                 }
-                match (envelope.kind, envelope.id) {
-                    (Kind::Response | Kind::ErrorResponse, Some(id)) => {
-                        pending.remove(id);
-                        replay.borrow_mut().app_replied(envelope.kind, id);
-                    }
-                    (Kind::Response | Kind::ErrorResponse, None) => pending.long_id(false),
-                    (Kind::Request, Some(id)) => app_requests.borrow_mut().app_asked(id),
-                    _ => {}
-                }
+                ledger.app_line(&envelope);
             });
-            pending.borrow_mut().batches.down.chunk_end(chunk);
+            ledger.borrow_mut().pending.batches.down.chunk_end(chunk);
         };
-        let filtered = Filtered::new(&mut client.stdin, app_requests);
+        let filtered = Filtered::new(&mut client.stdin, &ledger);
         let mut client_in = Cursor::new(held).chain(filtered);
         let mut app_in = Cursor::new(forward).chain(reader);
         let (mut up, mut down_watch) = (up, down_watch);
@@ -522,8 +512,7 @@ where
         );
         let input_closed = super::input_closed_then_grace(self.hangups, self.config.drain_grace);
         let ended = future::or(relayed, input_closed).await;
-        self.pending = pending.into_inner();
-        self.client.replay = replay.into_inner();
+        self.ledger = ledger.into_inner();
         let ending = match ended {
             Ok(ending) => ending,
             Err(e) if e.stage == Stage::WriteServer && in_held => {
@@ -559,11 +548,11 @@ where
              reconnecting)",
         )
         .await?;
-        self.client.app_requests.get_mut().hung_up();
+        self.ledger.app_requests.hung_up();
         if self.client.up.mid_line() {
             // The start of this line went to the app that closed.
             self.client.line = LineFate::Interrupted;
-            self.client.batch = self.pending.batches.up.take_current();
+            self.client.batch = self.ledger.pending.batches.up.take_current();
         }
         let now = Instant::now();
         self.hang_ups.push_back(now);
@@ -579,7 +568,7 @@ where
                 window: self.bounds.crash_loop_window,
             }));
         }
-        if self.client.replay.too_long {
+        if self.ledger.record.too_long {
             return Ok(Phase::Failed(BridgeError::Resume {
                 endpoint,
                 reason: format!(
@@ -607,11 +596,11 @@ where
     /// Answers every request the app will not answer now.
     async fn answer_pending(&mut self, message: &str) -> Result<(), BridgeError> {
         let mut out = Vec::new();
-        for id in self.pending.drain() {
+        for id in self.ledger.pending.drain() {
             out.extend_from_slice(&envelope::error_response_line(&id, ERROR_CODE, message));
         }
-        for ids in self.pending.batches.drain() {
-            out.extend(array_of_errors(&ids, message));
+        for ids in self.ledger.pending.batches.drain() {
+            out.extend(array_of_errors(&ids, ERROR_CODE, message));
         }
         self.write_out(&out).await
     }
@@ -637,7 +626,9 @@ where
         let answering = async {
             loop {
                 self.write_owed().await?;
-                if self.client.eof.is_some() || !self.client.read_offline(&fate).await? {
+                if self.client.eof.is_some()
+                    || !self.client.read_offline(&fate, &mut self.ledger).await?
+                {
                     return self.write_owed().await;
                 }
             }
@@ -690,6 +681,7 @@ fn attempt<'c, C: Connector>(
 /// held, or `eof_grace` after it ended with some (and `work` was dropped).
 async fn hold_while<R, W, T>(
     client: &mut Client<R>,
+    ledger: &mut Ledger,
     stdout: &mut W,
     log: Option<&TrafficLog>,
     eof_grace: Duration,
@@ -708,7 +700,7 @@ where
             output = Some(work.await);
         };
         futures_lite::pin!(work);
-        hold(client, stdout, log, eof_grace, work).await?;
+        hold(client, ledger, stdout, log, eof_grace, work).await?;
     }
     Ok(output.map_or(Held::Eof, Held::Done))
 }
@@ -717,6 +709,7 @@ where
 /// stdin as [`hold_while`] says (with `work` unfinished).
 async fn hold<R, W>(
     client: &mut Client<R>,
+    ledger: &mut Ledger,
     stdout: &mut W,
     log: Option<&TrafficLog>,
     eof_grace: Duration,
@@ -741,7 +734,7 @@ where
                 (&mut work).await;
                 None
             },
-            async { Some(client.read_offline(&LineFate::Hold).await) },
+            async { Some(client.read_offline(&LineFate::Hold, ledger).await) },
         )
         .await;
         match done {
@@ -777,10 +770,4 @@ async fn write_out(
             source,
         })
     })
-}
-
-/// Writes all of `bytes` and flushes.
-pub(super) async fn send(out: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
-    out.write_all(bytes).await?;
-    out.flush().await
 }

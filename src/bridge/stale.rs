@@ -1,15 +1,10 @@
-//! Client replies addressed to an app instance that is gone.
+//! Client replies addressed to an app instance that is gone, taken out of
+//! stdin online (the ledger's [`AppRequests`](super::ledger::AppRequests)
+//! says which ones; the held stdin drops them offline by the same rule).
 //!
-//! The app asks the client things too (elicitation, sampling, roots), under
-//! ids of its own. When it restarts with such a request open, the client's
-//! answer, when it comes, belongs to the old instance: the new one would
-//! take it for the answer to its own request with the same id. So the ids
-//! of the old instance's open requests are kept as *stale*, and client
-//! replies carrying one are dropped, whole: offline by the line handling,
-//! online by [`Filtered`], a reader between stdin and the relay that works
-//! line by line only while stale ids are left (and passes chunks straight
-//! through, at no cost, otherwise). A new instance that asks under a stale
-//! id takes it back: from then on a reply with that id is its.
+//! [`Filtered`] is a reader between stdin and the relay that works line by
+//! line only while stale ids are left, and passes chunks straight through,
+//! at no cost, otherwise.
 
 use std::cell::RefCell;
 use std::io;
@@ -19,55 +14,17 @@ use std::task::{Context, Poll};
 use futures_lite::io::AsyncRead;
 use futures_lite::ready;
 
-use super::offline::HOLD_LIMIT;
-use super::pending::IdSet;
+use super::ledger::Ledger;
+use super::HOLD_LIMIT;
 use crate::envelope::{Kind, Scanner};
 use crate::io::BUFFER_SIZE;
-
-/// Most ids of open app-to-client requests remembered per session: an app
-/// has a handful open at a time.
-pub(super) const STALE_LIMIT: usize = 4096;
-
-/// Ids of requests the app has open with the client (`open`), and those
-/// of instances that are gone (`stale`).
-#[derive(Debug, Default)]
-pub(super) struct AppRequests {
-    pub(super) open: IdSet,
-    pub(super) stale: IdSet,
-}
-
-impl AppRequests {
-    /// The app asked the client something.
-    pub(super) fn app_asked(&mut self, id: &[u8]) {
-        self.stale.remove(id);
-        if self.open.len() < STALE_LIMIT {
-            self.open.insert(id.to_vec());
-        }
-    }
-
-    /// The client replied to `id`: whether the reply is for a gone
-    /// instance (and is to be dropped).
-    pub(super) fn client_replied(&mut self, id: &[u8]) -> bool {
-        self.open.remove(id);
-        self.stale.remove(id)
-    }
-
-    /// The app instance hung up: its open requests are stale.
-    pub(super) fn hung_up(&mut self) {
-        for id in self.open.drain() {
-            if self.stale.len() < STALE_LIMIT {
-                self.stale.insert(id);
-            }
-        }
-    }
-}
 
 /// stdin, with client replies to stale ids taken out (see the module
 /// docs). Lines are buffered only while stale ids are left, each up to
 /// [`HOLD_LIMIT`]; a longer line is passed on as it comes.
 pub(super) struct Filtered<'a, R> {
     inner: &'a mut R,
-    requests: &'a RefCell<AppRequests>,
+    ledger: &'a RefCell<Ledger>,
     scanner: Scanner,
     line: Vec<u8>,
     /// The current line is too long to buffer: passed on as it comes.
@@ -78,10 +35,10 @@ pub(super) struct Filtered<'a, R> {
 }
 
 impl<'a, R: AsyncRead + Unpin> Filtered<'a, R> {
-    pub(super) fn new(inner: &'a mut R, requests: &'a RefCell<AppRequests>) -> Self {
+    pub(super) fn new(inner: &'a mut R, ledger: &'a RefCell<Ledger>) -> Self {
         Filtered {
             inner,
-            requests,
+            ledger,
             scanner: Scanner::new(),
             line: Vec::new(),
             passing: false,
@@ -107,7 +64,7 @@ impl<'a, R: AsyncRead + Unpin> Filtered<'a, R> {
         }
         self.line.extend_from_slice(segment);
         if ended {
-            let stale = reply_to.map_or(false, |id| self.requests.borrow_mut().client_replied(&id));
+            let stale = reply_to.map_or(false, |id| self.ledger.borrow_mut().drops_reply_to(&id));
             if !stale {
                 self.out.extend_from_slice(&self.line);
             }
@@ -136,7 +93,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Filtered<'_, R> {
             this.out.clear();
             this.taken = 0;
             let idle = this.line.is_empty() && !this.scanner.mid_line();
-            if idle && this.requests.borrow().stale.is_empty() {
+            if idle && !this.ledger.borrow().app_requests.any_stale() {
                 return Pin::new(&mut *this.inner).poll_read(cx, buf);
             }
             if this.chunk.is_empty() {

@@ -2,6 +2,10 @@
 //! the crate makes itself, the bridge's answers to requests the app cannot
 //! take and the host's refusal line (an error with a `null` id) alike.
 //!
+//! A batch the bridge cannot deliver is answered as JSON-RPC 2.0 says:
+//! one array with an error response per request in it
+//! ([`batch_errors`], [`array_of_errors`]).
+//!
 //! Here, beside the scanner that reads the ids it echoes, because the
 //! bridge-only build has no JSON library: so it is written by hand, and
 //! the host, which has one, uses it too, for one byte layout everywhere.
@@ -26,30 +30,29 @@ pub(crate) fn push_error_response(out: &mut Vec<u8>, raw_id: &[u8], code: i64, m
     out.extend_from_slice(b",\"error\":{\"code\":");
     out.extend_from_slice(code.to_string().as_bytes());
     out.extend_from_slice(b",\"message\":");
-    push_json_string(out, message);
+    super::json::push_json_string(out, message);
     out.extend_from_slice(b"}}");
 }
 
-/// Appends `text` as a JSON string: `"` and `\\` escaped, control
-/// characters as `\n`, `\r`, `\t` or `\u00XX`, everything else (UTF-8
-/// included) as it is, which is what JSON allows.
-fn push_json_string(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
-    for &b in text.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f => {
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 15) as usize]);
-            }
-            _ => out.push(b),
-        }
+/// The answer to a batch that cannot be passed on, as JSON-RPC 2.0 says:
+/// one array with an error response per request in it, on one line, or
+/// nothing when it holds no request.
+pub(crate) fn batch_errors(line: &[u8], code: i64, message: &str) -> Vec<u8> {
+    array_of_errors(&super::batch::batch_ids(line, false), code, message)
+}
+
+/// One array with an error response per id in `ids` (as
+/// [`batch_ids`](super::batch::batch_ids) gives them), on one line, or
+/// nothing when there is none.
+pub(crate) fn array_of_errors(ids: &[u8], code: i64, message: &str) -> Vec<u8> {
+    if ids.is_empty() {
+        return Vec::new();
     }
-    out.push(b'"');
+    let mut out = Vec::new();
+    for id in ids[1..].split(|&b| b == b'\n') {
+        out.push(if out.is_empty() { b'[' } else { b',' });
+        push_error_response(&mut out, id, code, message);
+    }
+    out.extend_from_slice(b"]\n");
+    out
 }

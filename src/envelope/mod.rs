@@ -42,20 +42,26 @@
 //!
 //! The folder: this file is the state machine; `fast.rs` its byte tables
 //! and word-at-a-time searches (where the time goes); `values.rs` the
-//! checks and decoding of captured values; `error_line.rs` the one writer
-//! of the error responses the crate makes itself; `tests.rs` the tests.
+//! checks and decoding of captured values; `json.rs` the one small walker
+//! and string writer for whole, bounded lines; `error_line.rs` the one
+//! writer of the error responses the crate makes itself; `tests.rs` the
+//! tests.
 
 use std::str;
 
+mod batch;
 mod error_line;
 mod fast;
+pub(crate) mod json;
 #[cfg(test)]
 mod tests;
 mod values;
 
-pub(crate) use error_line::{error_response_line, push_error_response};
+pub(crate) use batch::{batch_ids, first_byte_after_space};
+pub(crate) use error_line::{array_of_errors, batch_errors, error_response_line};
 use fast::{find_newline, skip_string, StringEnd, CLOSE, NESTED, OPEN, PLAIN, QUOTE, SCALAR_END};
-pub(crate) use values::for_each_array_element;
+#[cfg(feature = "doctor")]
+pub(crate) use json::for_each_array_element;
 use values::{is_valid_id, unescape};
 
 /// Longest `id` captured, in raw bytes as written (quotes and escapes

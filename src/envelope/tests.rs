@@ -535,7 +535,7 @@ fn string_stop_search_finds_the_first_stop_byte() {
 fn array_elements_are_cut_at_top_level_commas_only() {
     let elements = |json: &[u8]| {
         let mut found = Vec::new();
-        let is_array = super::for_each_array_element(json, &mut |e| {
+        let is_array = super::json::for_each_array_element(json, &mut |e| {
             found.push(String::from_utf8(e.to_vec()).unwrap())
         });
         (is_array, found)

@@ -26,9 +26,12 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::bridge::BATCH_LIMIT;
+use crate::envelope::{batch_ids, first_byte_after_space};
+
 /// FNV-1a, 64 bits: a hash of a few lines with no key, good enough for ids
 /// (see the [module docs](self) for why no keyed hash is needed).
-pub(crate) struct IdHasher(u64);
+pub(in crate::bridge) struct IdHasher(u64);
 
 impl Default for IdHasher {
     fn default() -> Self {
@@ -49,23 +52,21 @@ impl Hasher for IdHasher {
 }
 
 /// A map keyed by raw ids.
-pub(crate) type IdMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<IdHasher>>;
+pub(in crate::bridge) type IdMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<IdHasher>>;
 
 /// A set of raw ids.
-pub(crate) type IdSet = HashSet<Vec<u8>, BuildHasherDefault<IdHasher>>;
-
-use super::offline::{batch_ids, first_byte_after_space, BATCH_LIMIT};
+pub(in crate::bridge) type IdSet = HashSet<Vec<u8>, BuildHasherDefault<IdHasher>>;
 
 /// Most ids remembered.
-pub(crate) const PENDING_LIMIT: usize = 65_536;
+pub(in crate::bridge) const PENDING_LIMIT: usize = 65_536;
 
 /// Most bytes of ids remembered (ids can be long, see
 /// [`ID_CAP`](crate::envelope::ID_CAP)).
-pub(crate) const PENDING_BYTES: usize = 16 * 1024 * 1024;
+pub(in crate::bridge) const PENDING_BYTES: usize = 16 * 1024 * 1024;
 
 /// Raw ids (as written) of requests in flight, oldest first.
 #[derive(Debug, Default)]
-pub(crate) struct Pending {
+pub(in crate::bridge) struct Pending {
     /// Id -> its sequence number, which tells a current entry of `order`
     /// from a stale one.
     ids: IdMap<u64>,
@@ -75,7 +76,7 @@ pub(crate) struct Pending {
     next: u64,
     bytes: usize,
     /// The batches in flight.
-    pub(crate) batches: Batches,
+    pub(in crate::bridge) batches: Batches,
     /// Requests in flight whose id was too long to keep.
     long_ids: usize,
 }
@@ -83,7 +84,7 @@ pub(crate) struct Pending {
 impl Pending {
     /// A request with an id too long to keep was sent, or (`false`) a reply
     /// with such an id came back.
-    pub(crate) fn long_id(&mut self, sent: bool) {
+    pub(in crate::bridge) fn long_id(&mut self, sent: bool) {
         if sent {
             self.long_ids = (self.long_ids + 1).min(PENDING_LIMIT);
         } else {
@@ -92,7 +93,7 @@ impl Pending {
     }
 
     /// Remembers a request sent to the app.
-    pub(crate) fn insert(&mut self, id: &[u8]) {
+    pub(in crate::bridge) fn insert(&mut self, id: &[u8]) {
         let seq = self.next;
         self.next += 1;
         if let Some(old) = self.ids.insert(id.to_vec(), seq) {
@@ -112,20 +113,20 @@ impl Pending {
     }
 
     /// The app answered `id` (or the client cancelled it): forget it.
-    pub(crate) fn remove(&mut self, id: &[u8]) {
+    pub(in crate::bridge) fn remove(&mut self, id: &[u8]) {
         if self.ids.remove(id).is_some() {
             self.bytes -= id.len();
         }
     }
 
     #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    pub(in crate::bridge) fn len(&self) -> usize {
         self.ids.len()
     }
 
     /// Every id still pending, oldest first (then a `null` per long id),
     /// leaving the set empty.
-    pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
+    pub(in crate::bridge) fn drain(&mut self) -> Vec<Vec<u8>> {
         let ids = std::mem::take(&mut self.ids);
         self.bytes = 0;
         let mut out: Vec<Vec<u8>> = std::mem::take(&mut self.order)
@@ -158,7 +159,7 @@ const BATCHES_LIMIT: usize = 1024;
 /// one direction, kept up to [`BATCH_LIMIT`] as their chunks pass; other
 /// lines cost a look at their first byte.
 #[derive(Debug, Default)]
-pub(crate) struct Arrays {
+pub(in crate::bridge) struct Arrays {
     /// The current line so far, while it is or may be an array.
     line: Option<Vec<u8>>,
     /// Bytes of the current line in earlier chunks.
@@ -170,7 +171,7 @@ pub(crate) struct Arrays {
 impl Arrays {
     /// A chunk is about to be fed to the scanner, which is `mid_line` or
     /// not.
-    pub(crate) fn chunk(&mut self, chunk: &[u8], mid_line: bool) {
+    pub(in crate::bridge) fn chunk(&mut self, chunk: &[u8], mid_line: bool) {
         self.start = 0;
         if !mid_line {
             self.seen = 0;
@@ -181,7 +182,7 @@ impl Arrays {
 
     /// The scanner ended a line `len` bytes long in `chunk`: that line, if
     /// an array (up to [`BATCH_LIMIT`] of it).
-    pub(crate) fn line_end(&mut self, chunk: &[u8], len: u64) -> Option<Vec<u8>> {
+    pub(in crate::bridge) fn line_end(&mut self, chunk: &[u8], len: u64) -> Option<Vec<u8>> {
         let end = (self.start as u64 + len.saturating_sub(self.seen)) as usize;
         let end = end.min(chunk.len()).max(self.start);
         let line = self.line.take().map(|mut line| {
@@ -196,7 +197,7 @@ impl Arrays {
     }
 
     /// The scanner has seen all of `chunk`.
-    pub(crate) fn chunk_end(&mut self, chunk: &[u8]) {
+    pub(in crate::bridge) fn chunk_end(&mut self, chunk: &[u8]) {
         if let Some(line) = &mut self.line {
             keep(line, &chunk[self.start..]);
         }
@@ -205,13 +206,13 @@ impl Arrays {
 
     /// The relay goes on with a line `seen` bytes into it, kept offline
     /// (`line`) if it is a batch.
-    pub(crate) fn carry(&mut self, line: Option<Vec<u8>>, seen: u64) {
+    pub(in crate::bridge) fn carry(&mut self, line: Option<Vec<u8>>, seen: u64) {
         self.line = line;
         self.seen = seen;
     }
 
     /// Takes the current line, if it is an array not ended yet.
-    pub(crate) fn take_current(&mut self) -> Option<Vec<u8>> {
+    pub(in crate::bridge) fn take_current(&mut self) -> Option<Vec<u8>> {
         self.line
             .take()
             .filter(|line| first_byte_after_space(line) == Some(b'['))
@@ -248,30 +249,30 @@ fn keep(line: &mut Vec<u8>, bytes: &[u8]) {
 /// first. A request of a batch the client cancels is still answered with
 /// the others (the client ignores answers to what it cancelled).
 #[derive(Debug, Default)]
-pub(crate) struct Batches {
-    pub(crate) up: Arrays,
-    pub(crate) down: Arrays,
+pub(in crate::bridge) struct Batches {
+    pub(in crate::bridge) up: Arrays,
+    pub(in crate::bridge) down: Arrays,
     sent: Vec<Vec<u8>>,
     bytes: usize,
 }
 
 impl Batches {
     /// The scanner ended a client line `len` bytes long in `chunk`.
-    pub(crate) fn up_line(&mut self, chunk: &[u8], len: u64) {
+    pub(in crate::bridge) fn up_line(&mut self, chunk: &[u8], len: u64) {
         if let Some(line) = self.up.line_end(chunk, len) {
             self.sent(&line);
         }
     }
 
     /// The scanner ended an app line `len` bytes long in `chunk`.
-    pub(crate) fn down_line(&mut self, chunk: &[u8], len: u64) {
+    pub(in crate::bridge) fn down_line(&mut self, chunk: &[u8], len: u64) {
         if let Some(line) = self.down.line_end(chunk, len) {
             self.answered(&line);
         }
     }
 
     /// A batch line went to the app.
-    pub(crate) fn sent(&mut self, line: &[u8]) {
+    pub(in crate::bridge) fn sent(&mut self, line: &[u8]) {
         let ids = batch_ids(line, false);
         if ids.is_empty() {
             return;
@@ -286,7 +287,7 @@ impl Batches {
     /// An array line came from the app: the batch it answers (the one with
     /// the id of its first response) is answered. An array whose first
     /// element is longer than [`BATCH_LIMIT`] answers the oldest.
-    pub(crate) fn answered(&mut self, line: &[u8]) {
+    pub(in crate::bridge) fn answered(&mut self, line: &[u8]) {
         let ids = batch_ids(line, true);
         let at = match ids.split(|&b| b == b'\n').nth(1) {
             Some(first) => self
@@ -302,7 +303,7 @@ impl Batches {
     }
 
     /// Every batch still in flight, leaving none.
-    pub(crate) fn drain(&mut self) -> Vec<Vec<u8>> {
+    pub(in crate::bridge) fn drain(&mut self) -> Vec<Vec<u8>> {
         self.bytes = 0;
         std::mem::take(&mut self.sent)
     }

@@ -8,27 +8,15 @@
 //! owed its error the moment its line ends. The session writes what is
 //! owed at once, with stdout's backpressure.
 
-use std::cell::RefCell;
 use std::time::Instant;
 
 use futures_lite::io::{AsyncRead, AsyncReadExt};
 
-use super::pending::Pending;
-use super::replay::{Replay, RECORDED};
-use super::stale::AppRequests;
-use super::{BridgeError, ERROR_CODE};
-use crate::envelope::{self, Envelope, Kind, Scanner};
+use super::ledger::{Dest, Ledger, Verdict, RECORDED};
+use super::{BridgeError, BATCH_LIMIT, ERROR_CODE, HOLD_LIMIT};
+use crate::envelope::{self, batch_errors, first_byte_after_space, Envelope, Kind, Scanner};
 use crate::io::BUFFER_SIZE;
 use crate::relay;
-
-/// Most bytes of client messages held while the app is away. A client
-/// sends a handful of small requests while it waits for a reply; more than
-/// this is answered with an error instead of held.
-pub const HOLD_LIMIT: usize = 1024 * 1024;
-
-/// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
-/// it is read offline, so that each request in it can be answered.
-pub(super) const BATCH_LIMIT: usize = HOLD_LIMIT;
 
 /// What becomes of the client line being read offline.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,12 +55,8 @@ pub(super) struct Client<R> {
     pub(super) batch: Option<Vec<u8>>,
     /// Error responses to write to stdout at the next chance (whole lines).
     pub(super) owed: Vec<u8>,
-    /// The session as the app accepted it, for replay.
-    pub(super) replay: Replay,
     /// When stdin ended, if it has.
     pub(super) eof: Option<Instant>,
-    /// The app's requests to the client, open and stale.
-    pub(super) app_requests: RefCell<AppRequests>,
 }
 
 impl<R: AsyncRead + Unpin> Client<R> {
@@ -87,9 +71,7 @@ impl<R: AsyncRead + Unpin> Client<R> {
             line: LineFate::Hold,
             batch: None,
             owed: Vec::new(),
-            replay: Replay::default(),
             eof: None,
-            app_requests: RefCell::default(),
         }
     }
 
@@ -101,7 +83,8 @@ impl<R: AsyncRead + Unpin> Client<R> {
 
     /// The held bytes go to the app: takes them, and moves their requests'
     /// ids to `pending`.
-    pub(super) fn take_held(&mut self, pending: &mut Pending) -> Vec<u8> {
+    pub(super) fn take_held(&mut self, ledger: &mut Ledger) -> Vec<u8> {
+        let pending = &mut ledger.pending;
         for id in self.held_ids.drain(..) {
             match id.is_empty() {
                 true => pending.long_id(true),
@@ -128,7 +111,7 @@ impl<R: AsyncRead + Unpin> Client<R> {
                 .extend_from_slice(&envelope::error_response_line(id, ERROR_CODE, message));
         }
         for batch in self.held_batches.drain(..) {
-            self.owed.extend(batch_errors(&batch, message));
+            self.owed.extend(batch_errors(&batch, ERROR_CODE, message));
         }
         self.held.clear();
         self.line_start = 0;
@@ -139,7 +122,11 @@ impl<R: AsyncRead + Unpin> Client<R> {
 
     /// Reads one chunk of stdin and deals with each line in it as its fate
     /// says; lines that start later get `next`. `Ok(false)`: stdin ended.
-    pub(super) async fn read_offline(&mut self, next: &LineFate) -> Result<bool, BridgeError> {
+    pub(super) async fn read_offline(
+        &mut self,
+        next: &LineFate,
+        ledger: &mut Ledger,
+    ) -> Result<bool, BridgeError> {
         let mut chunk = vec![0u8; BUFFER_SIZE];
         let n = loop {
             match self.stdin.read(&mut chunk).await {
@@ -157,27 +144,23 @@ impl<R: AsyncRead + Unpin> Client<R> {
             self.eof = Some(Instant::now());
             // A last line without its `\n` is still a line.
             let mut last = None;
-            let replay = &mut self.replay;
-            let hold = self.line == LineFate::Hold;
+            let dest = self.dest();
             self.up.finish(|envelope| {
-                if hold {
-                    replay.client_sent(&envelope);
-                }
-                last = Some(Owned::of(&envelope));
+                last = Some((Owned::of(&envelope), ledger.client_line(&envelope, dest)));
             });
-            if let Some(envelope) = last {
-                self.line_done(envelope, next);
+            if let Some((envelope, verdict)) = last {
+                self.line_done(envelope, verdict, next);
             }
             return Ok(false);
         }
         for segment in chunk[..n].split_inclusive(|&b| b == b'\n') {
-            self.take_segment(segment, next);
+            self.take_segment(segment, next, ledger);
         }
         Ok(true)
     }
 
     /// One piece of a line (ending with its `\n` or with the chunk).
-    fn take_segment(&mut self, segment: &[u8], next: &LineFate) {
+    fn take_segment(&mut self, segment: &[u8], next: &LineFate, ledger: &mut Ledger) {
         let starts_line = !self.up.mid_line();
         if starts_line {
             self.batch = None;
@@ -199,28 +182,29 @@ impl<R: AsyncRead + Unpin> Client<R> {
             }
         }
         let mut done = None;
-        let replay = &mut self.replay;
-        let hold = self.line == LineFate::Hold;
+        let dest = self.dest();
         self.up.feed(segment, |envelope| {
-            if hold {
-                replay.client_sent(&envelope);
-            }
-            done = Some(Owned::of(&envelope));
+            done = Some((Owned::of(&envelope), ledger.client_line(&envelope, dest)));
         });
-        if let Some(envelope) = done {
-            self.line_done(envelope, next);
+        if let Some((envelope, verdict)) = done {
+            self.line_done(envelope, verdict, next);
+        }
+    }
+
+    /// Where the current line goes, for the ledger.
+    fn dest(&self) -> Dest {
+        match self.line {
+            LineFate::Hold => Dest::Held,
+            _ => Dest::Nowhere,
         }
     }
 
     /// The current line has ended: hold its id, or answer it.
-    fn line_done(&mut self, envelope: Owned, next: &LineFate) {
+    fn line_done(&mut self, envelope: Owned, verdict: Verdict, next: &LineFate) {
         let fate = std::mem::replace(&mut self.line, next.clone());
-        if let (Kind::Response | Kind::ErrorResponse, Some(id)) = (envelope.kind, &envelope.id) {
-            let stale = self.app_requests.get_mut().client_replied(id);
-            if stale && fate == LineFate::Hold {
-                // A reply to an app instance that is gone: not for the next.
-                self.held.truncate(self.line_start);
-            }
+        if verdict == Verdict::Drop && fate == LineFate::Hold {
+            // A reply to an app instance that is gone: not for the next.
+            self.held.truncate(self.line_start);
         }
         self.line_start = self.held.len();
         let batch = self.batch.take();
@@ -249,7 +233,7 @@ impl<R: AsyncRead + Unpin> Client<R> {
                 ERROR_CODE,
                 &message,
             )),
-            (_, _, Some(batch)) => self.owed.extend(batch_errors(&batch, &message)),
+            (_, _, Some(batch)) => self.owed.extend(batch_errors(&batch, ERROR_CODE, &message)),
             _ => {}
         }
     }
@@ -270,73 +254,23 @@ impl Owned {
     }
 }
 
-pub(super) fn first_byte_after_space(bytes: &[u8]) -> Option<u8> {
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    bytes
-        .iter()
-        .copied()
-        .find(|b| !matches!(b, b' ' | b'\t' | b'\r'))
-}
-
-/// The raw ids of the requests (or, with `responses`, of the responses) in
-/// an array line, in order, each after a `\n` (an id is JSON, so it has
-/// none); a request whose id is too long to keep is `null`.
-pub(super) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
-    let mut ids = Vec::new();
-    let mut scanner = Scanner::new();
-    envelope::for_each_array_element(line, &mut |element| {
-        let mut element = element.to_vec();
-        element.push(b'\n');
-        let mut push = |id: &[u8]| {
-            ids.push(b'\n');
-            ids.extend_from_slice(id);
-        };
-        scanner.feed(&element, |envelope| match (envelope.kind, envelope.id) {
-            (Kind::Request, id) if !responses => push(id.unwrap_or(b"null")),
-            (Kind::Response | Kind::ErrorResponse, Some(id)) if responses => push(id),
-            _ => {}
-        });
-    });
-    ids
-}
-
-/// The answer to a batch the bridge cannot pass on, as JSON-RPC 2.0 says:
-/// one array with an error response per request in it, on one line, or
-/// nothing when it holds no request.
-pub(super) fn batch_errors(line: &[u8], message: &str) -> Vec<u8> {
-    array_of_errors(&batch_ids(line, false), message)
-}
-
-/// One array with an error response per id in `ids` (as [`batch_ids`]
-/// gives them), on one line, or nothing when there is none.
-pub(super) fn array_of_errors(ids: &[u8], message: &str) -> Vec<u8> {
-    if ids.is_empty() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for id in ids[1..].split(|&b| b == b'\n') {
-        out.push(if out.is_empty() { b'[' } else { b',' });
-        envelope::push_error_response(&mut out, id, ERROR_CODE, message);
-    }
-    out.extend_from_slice(b"]\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::envelope::batch_ids;
 
     #[test]
     fn a_batch_is_answered_per_request_in_one_array() {
         let line = br#" [{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}, {"id":"x,]","method":"b","params":[1,{"c":"]"}]}]
 "#;
         assert_eq!(batch_ids(line, false), b"\n1\n\"x,]\"".to_vec());
-        let answer = batch_errors(line, "gone");
+        let answer = batch_errors(line, ERROR_CODE, "gone");
         let parsed: serde_json::Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(parsed[0]["id"], 1);
         assert_eq!(parsed[1]["id"], "x,]");
         assert_eq!(parsed[1]["error"]["message"], "gone");
         assert!(answer.ends_with(b"]\n"));
-        assert!(batch_errors(br#"[{"method":"n"}]"#, "gone").is_empty());
+        assert!(batch_errors(br#"[{"method":"n"}]"#, ERROR_CODE, "gone").is_empty());
     }
 }

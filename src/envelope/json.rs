@@ -1,0 +1,197 @@
+//! The one small JSON toolkit of the crate, for code that has no JSON
+//! library (the bridge-only build has none) and reads or writes a few
+//! values of whole, bounded lines: a member of an object ([`member`]), the
+//! elements of an array ([`for_each_array_element`]), a string for a
+//! person ([`json_text`]), and a string written as JSON
+//! ([`push_json_string`]).
+//!
+//! They walk, they do not validate: what they read was relayed unchanged
+//! and is checked by whoever receives it. The streaming scanner in
+//! [`super`] is for the relay's hot path; this is for the few lines the
+//! bridge keeps whole (a recorded request, a reply to its replay).
+
+/// The raw value of member `key` of the JSON object in `object` (leading
+/// and trailing whitespace allowed), the last one if it repeats, as
+/// `JSON.parse` does; `None` if `object` is not an object or has no such
+/// member. Keys are compared as written (an escaped key does not match).
+/// Only for whole, bounded values: it walks, it does not validate.
+pub(crate) fn member<'a>(object: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    let mut i = skip_space(object, 0);
+    if object.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut found = None;
+    loop {
+        i = skip_space(object, i);
+        match object.get(i)? {
+            b'}' => return found,
+            b',' => {
+                i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_end = value_end(object, i)?;
+        let name = &object[i + 1..key_end - 1];
+        i = skip_space(object, key_end);
+        if object.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_space(object, i + 1);
+        let end = value_end(object, i)?;
+        if name == key.as_bytes() {
+            found = Some(&object[i..end]);
+        }
+        i = end;
+    }
+}
+
+fn skip_space(bytes: &[u8], mut i: usize) -> usize {
+    while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+        i += 1;
+    }
+    i
+}
+
+/// Where the JSON value starting at `bytes[i]` ends (one past it).
+fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut j = i;
+    loop {
+        match *bytes.get(j)? {
+            b'"' => {
+                j += 1;
+                loop {
+                    match *bytes.get(j)? {
+                        b'\\' => j += 2,
+                        b'"' => break,
+                        _ => j += 1,
+                    }
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth == 0 => return Some(j),
+            b'}' | b']' => depth -= 1,
+            b',' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => return Some(j),
+            _ => {}
+        }
+        j += 1;
+        if depth == 0 && (bytes[i] == b'"' || bytes[i] == b'{' || bytes[i] == b'[') {
+            return Some(j);
+        }
+    }
+}
+
+/// A JSON string value as text for a person: the quotes dropped and
+/// simple escapes undone; anything else as written.
+pub(crate) fn json_text(raw: &[u8]) -> String {
+    let inner = raw
+        .strip_prefix(b"\"")
+        .and_then(|r| r.strip_suffix(b"\""))
+        .unwrap_or(raw);
+    String::from_utf8_lossy(inner)
+        .replace("\\\"", "\"")
+        .replace("\\n", " ")
+        .replace("\\\\", "\\")
+}
+
+/// Calls `each` with every element of the JSON array that starts `json`
+/// (after blanks and a byte order mark), as a slice of it without the blanks
+/// around it, empty ones skipped: strings and nesting are followed, nothing
+/// is validated or decoded. `false` if `json` is not an array. Shared by
+/// the bridge (the requests of a batch line) and doctor (the items of a
+/// page), neither of which builds a tree; compiled once, over a `dyn`
+/// callback.
+pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -> bool {
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let json = json.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(json);
+    let open = match json.iter().position(|b| !blank(b)) {
+        Some(open) if json[open] == b'[' => open,
+        _ => return false,
+    };
+    let mut emit = |element: &[u8]| {
+        let start = element.iter().position(|b| !blank(b));
+        let end = element.iter().rposition(|b| !blank(b));
+        if let (Some(start), Some(end)) = (start, end) {
+            each(&element[start..=end]);
+        }
+    };
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut from = open + 1;
+    for (i, &b) in json.iter().enumerate().skip(from) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b',' | b']' if depth == 0 => {
+                emit(&json[from..i]);
+                from = i + 1;
+                if b == b']' {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Appends `text` as a JSON string: `"` and `\\` escaped, control
+/// characters as `\n`, `\r`, `\t` or `\u00XX`, everything else (UTF-8
+/// included) as it is, which is what JSON allows.
+pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for &b in text.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_finds_top_level_values_only() {
+        let line = br#"{"jsonrpc":"2.0","id":"x","result":{"capabilities":{"tools":{"listChanged":true},"prompts":{}},"s":"}\"{"},"n":12}
+"#;
+        let result = member(line, "result").unwrap();
+        let caps = member(result, "capabilities").unwrap();
+        assert_eq!(member(caps, "tools"), Some(&br#"{"listChanged":true}"#[..]));
+        assert_eq!(member(caps, "prompts"), Some(&b"{}"[..]));
+        assert_eq!(member(caps, "resources"), None);
+        assert_eq!(member(line, "n"), Some(&b"12"[..]));
+        assert_eq!(member(line, "id"), Some(&br#""x""#[..]));
+        assert_eq!(member(result, "listChanged"), None);
+        assert_eq!(member(b"[1,2]", "a"), None);
+        assert_eq!(member(b"{\"a\":", "a"), None);
+        assert_eq!(
+            member(b" { \"a\" : [1, {\"b\":2}] , \"a\":3 } ", "a"),
+            Some(&b"3"[..])
+        );
+    }
+}
