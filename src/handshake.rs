@@ -22,6 +22,8 @@
 
 use std::fmt;
 
+use crate::envelope::json::push_json_string as write_json_string;
+
 #[cfg(feature = "host")]
 use serde_json::Value;
 
@@ -122,43 +124,6 @@ impl Handshake {
             resumed,
         })
     }
-}
-
-/// Appends `text` as a JSON string, quotes included, escaped exactly as
-/// `serde_json` does: `"` and `\\` with a backslash, the control characters
-/// with a name (`\\n`, `\\t`...) as short escapes and the others as
-/// `\\u00xx`; everything else, non-ASCII included, as it is (UTF-8 stays
-/// UTF-8). No control character survives, so the string stays on one line.
-fn write_json_string(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(text.len() + 2);
-    out.push(b'"');
-    let bytes = text.as_bytes();
-    let mut clean = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let short = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0..=0x1f => b'u',
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[clean..i]);
-        clean = i + 1;
-        out.push(b'\\');
-        out.push(short);
-        if short == b'u' {
-            out.extend_from_slice(b"00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        }
-    }
-    out.extend_from_slice(&bytes[clean..]);
-    out.push(b'"');
 }
 
 #[cfg(test)]

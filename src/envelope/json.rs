@@ -147,27 +147,41 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
     true
 }
 
-/// Appends `text` as a JSON string: `"` and `\\` escaped, control
-/// characters as `\n`, `\r`, `\t` or `\u00XX`, everything else (UTF-8
-/// included) as it is, which is what JSON allows.
+/// Appends `text` as a JSON string, escaped exactly as `serde_json`
+/// escapes it: `"` and `\\`, the control characters with a short escape
+/// (`\n`, `\r`, `\t`, `\b`, `\f`) by it and the others as `\u00XX`,
+/// everything else (UTF-8 included) as it is. So a line written here stays
+/// one line, and round-trips exactly. The one string writer of the crate's
+/// hand-written lines (the handshake, the error responses).
 pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(text.len() + 2);
     out.push(b'"');
-    for &b in text.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f => {
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 15) as usize]);
-            }
-            _ => out.push(b),
+    let bytes = text.as_bytes();
+    let mut clean = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[clean..i]);
+        clean = i + 1;
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(b"00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
         }
     }
+    out.extend_from_slice(&bytes[clean..]);
     out.push(b'"');
 }
 
