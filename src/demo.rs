@@ -645,7 +645,7 @@ fn answer(line: &str) -> Option<Value> {
     let result = match method {
         "initialize" => json!({
             "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {"listChanged": true}},
             "serverInfo": {"name": "mcp-bridge-demo-host", "version": env!("CARGO_PKG_VERSION")}
         }),
         "tools/list" => json!({"tools": [{

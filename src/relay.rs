@@ -107,7 +107,7 @@ impl std::error::Error for RelayError {
 }
 
 /// Errors that mean "the other end went away", not "something broke".
-fn is_hangup(e: &io::Error) -> bool {
+pub(crate) fn is_hangup(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::BrokenPipe

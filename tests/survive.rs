@@ -114,7 +114,7 @@ fn answer(line: &str) -> Option<Value> {
     let id = request.get("id")?.clone();
     let result = match request["method"].as_str()? {
         "initialize" => {
-            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}, "prompts": {}}, "serverInfo": {"name": "test-app", "version": "1"}})
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}, "prompts": {"listChanged": true}, "resources": {}}, "serverInfo": {"name": "test-app", "version": "1"}})
         }
         "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
         "tools/call" => {
@@ -578,7 +578,7 @@ fn a_restart_does_not_end_the_session() {
                 "notifications/tools/list_changed",
                 "notifications/prompts/list_changed"
             ],
-            "tools always; prompts because the app declares them; resources not"
+            "the lists the client was told change (with listChanged); resources not"
         );
         let (code, stderr) = bridge.finish_with_stderr().await;
         assert_eq!(code, Some(0), "{}", stderr);
@@ -775,19 +775,26 @@ fn an_app_that_does_not_come_back_in_time_is_reported() {
 /// A host that refuses (closes at once, or sends a refusal line) is
 /// reported in the protocol and on stderr, and not retried in a loop: it
 /// sees one connection.
+/// A refusal line is final at once; an app that closes the connection
+/// without a word is one only once the same process has done it three
+/// times in a row (the first time could be an app dying with the request
+/// in flight). Either way the client hears within a second or so, and the
+/// bridge does not hammer the app.
 #[test]
 fn a_refusing_app_is_reported_not_retried() {
-    for (manner, reason) in [
+    for (manner, reason, most) in [
         (
             Manner::HangUp,
             "closed the connection before answering anything",
+            3,
         ),
-        (Manner::Refuse, "refused this client: no room for you"),
+        (Manner::Refuse, "refused this client: no room for you", 1),
     ] {
         let (_dir, socket, seen) = setup("refuse");
         smol::block_on(async {
             let _app = App::start(&socket, &seen, manner);
             let mut bridge = spawn_bridge(&socket, &[]);
+            let asked = std::time::Instant::now();
             bridge.send(INITIALIZE).await;
             let error = loop {
                 let message = bridge.json().await;
@@ -795,15 +802,20 @@ fn a_refusing_app_is_reported_not_retried() {
                     break message;
                 }
             };
+            let told = asked.elapsed();
             let message = error["error"]["message"].as_str().unwrap();
             assert!(message.contains(reason), "{}", message);
+            assert_eq!(error["error"]["data"]["reason"], "app_refused");
+            // A second is the rule; the slack is for a loaded machine.
+            assert!(told < std::time::Duration::from_secs(5), "{:?}", told);
             bridge.send(&call(2, "again")).await;
             assert_eq!(bridge.json().await["id"], 2);
             let (code, stderr) = bridge.finish_with_stderr().await;
             assert_eq!(code, Some(1));
             assert!(stderr.contains(reason), "{}", stderr);
         });
-        assert_eq!(seen.lock().unwrap().connections.len(), 1);
+        let connections = seen.lock().unwrap().connections.len();
+        assert!(connections <= most, "{} connections", connections);
     }
 }
 

@@ -27,18 +27,26 @@ use std::time::Duration;
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-mod hold;
+mod answer;
+mod app;
+mod cache;
+mod client;
 mod ledger;
+mod online;
+mod outage;
 mod plain;
 mod resume;
 mod session;
-mod stale;
 #[cfg(test)]
 mod tests;
 
-pub use session::{
-    CRASH_LOOP_LIMIT, CRASH_LOOP_WINDOW, FAILED_LIMIT, FIRST_PAUSE, PAUSE_CAP,
-    RESUME_REPLY_TIMEOUT, STAYED_UP,
+pub use answer::Reason;
+pub use cache::{
+    default_dir as default_cache_dir, FILE_LIMIT as CACHE_FILE_LIMIT,
+    VALUE_LIMIT as CACHE_VALUE_LIMIT,
+};
+pub use outage::{
+    CRASH_LOOP_LIMIT, FIRST_PAUSE, LOOK_INTERVAL, PAUSE_CAP, SILENT_LIMIT, STAYED_UP,
 };
 
 use crate::endpoint::{self, ConnectError, Reader, ServerUser, Writer};
@@ -62,6 +70,12 @@ pub const HOLD_LIMIT: usize = 1024 * 1024;
 /// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
 /// it is followed, so that each request in it can be answered.
 const BATCH_LIMIT: usize = HOLD_LIMIT;
+
+/// How long the same app process (a dying listener, most likely) has to
+/// answer the replayed session before the attempt counts as failed. A new
+/// instance (another process behind the endpoint) has the rest of
+/// `--reconnect-timeout`: an app that starts slowly is waited for.
+pub const RESUME_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
@@ -124,6 +138,11 @@ pub struct Config {
     pub reconnect_timeout: Duration,
     /// Where to append the traffic log, if anywhere. Default: none.
     pub log: Option<PathBuf>,
+    /// The directory of the answers cache (the app's last `server/discover`
+    /// and `initialize` results, answered for an app that is not there
+    /// yet), if any. Default: none; the binary uses
+    /// [`default_cache_dir`] unless told `--no-cache`.
+    pub cache: Option<PathBuf>,
 }
 
 impl Config {
@@ -139,6 +158,7 @@ impl Config {
             reconnect: true,
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
             log: None,
+            cache: None,
         }
     }
 }
@@ -180,15 +200,13 @@ pub enum BridgeError {
         /// What went wrong.
         reason: String,
     },
-    /// The app hung up too often: more than
-    /// [`CRASH_LOOP_LIMIT`] times within [`CRASH_LOOP_WINDOW`].
+    /// More than [`CRASH_LOOP_LIMIT`] app instances in a row closed the
+    /// connection before they served.
     CrashLoop {
         /// The endpoint.
         endpoint: PathBuf,
-        /// How many hang-ups within the window.
-        hang_ups: usize,
-        /// The window.
-        window: Duration,
+        /// How many instances in a row.
+        instances: usize,
     },
     /// Reconnected, but sending the app the messages held while it was
     /// away failed (with an error that is not a hang-up).
@@ -237,15 +255,13 @@ impl fmt::Display for BridgeError {
             ),
             BridgeError::CrashLoop {
                 endpoint,
-                hang_ups,
-                window,
+                instances,
             } => write!(
                 f,
-                "the app at '{}' is crash-looping: it closed the connection {} times within {}s, \
-                 so the bridge stopped reconnecting",
+                "the app at '{}' is crash-looping: {} instances in a row closed the connection \
+                 before they served",
                 endpoint.display(),
-                hang_ups,
-                window.as_secs()
+                instances
             ),
             BridgeError::DeliverHeld { endpoint, .. } => write!(
                 f,
@@ -380,9 +396,17 @@ pub(crate) async fn input_closed_then_grace<E>(
     Ok(Ending::ClientClosed { drained: false })
 }
 
+/// A connection to an app instance, ready to relay.
+pub(crate) struct Connected<AR, AW> {
+    pub(crate) reader: AR,
+    pub(crate) writer: AW,
+    /// Who serves it (see [`endpoint::instance`]).
+    pub(crate) instance: Option<u64>,
+}
+
 /// A connection attempt's future, borrowing its connector.
 pub(crate) type Connecting<'a, AR, AW> =
-    Pin<Box<dyn Future<Output = Result<(AR, AW), BridgeError>> + 'a>>;
+    Pin<Box<dyn Future<Output = Result<Connected<AR, AW>, BridgeError>> + 'a>>;
 
 /// Where the session gets a connection to an app instance from: the real
 /// endpoint for the binary, scripted in-memory apps for the session's
@@ -393,11 +417,12 @@ pub(crate) trait Connector {
     /// Writing to the app.
     type Writer: AsyncWrite + Unpin;
 
-    /// One attempt, within `budget`: connect (waiting for an app that is
-    /// starting, when the session survives it), check who serves it, and
-    /// send the handshake (`resumed` after a restart). A
-    /// [`BridgeError::Handshake`] is worth another attempt; any other error
-    /// is not.
+    /// One attempt, within `budget` (spent only on an endpoint that is
+    /// busy: one that is absent or refusing fails at once): connect, check
+    /// who serves it, and send the handshake (`resumed` after a restart).
+    /// A failure that waiting may cure is a [`BridgeError::Connect`] whose
+    /// [`may_heal`](ConnectError::may_heal) is true, or a
+    /// [`BridgeError::Handshake`].
     fn connect(
         &mut self,
         resumed: bool,
@@ -418,14 +443,12 @@ impl Connector for EndpointConnector<'_> {
     fn connect(&mut self, resumed: bool, budget: Duration) -> Connecting<'_, Reader, Writer> {
         let (config, log) = (self.config, self.log);
         Box::pin(async move {
-            let (reader, mut writer) = if config.reconnect {
-                endpoint::connect_when_ready(&config.endpoint, budget).await
-            } else {
-                endpoint::connect(&config.endpoint, budget).await
-            }
-            .map_err(BridgeError::Connect)?;
+            let (reader, mut writer) = endpoint::connect(&config.endpoint, budget)
+                .await
+                .map_err(BridgeError::Connect)?;
             endpoint::verify_server(&config.endpoint, &reader, config.trusted_server.as_ref())
                 .map_err(BridgeError::Connect)?;
+            let instance = endpoint::instance(&config.endpoint, &reader);
             let mut handshake = config.handshake.clone();
             handshake.resumed = resumed;
             let line = handshake.to_line();
@@ -438,8 +461,43 @@ impl Connector for EndpointConnector<'_> {
                     endpoint: config.endpoint.clone(),
                     source,
                 })?;
-            Ok((reader, writer))
+            Ok(Connected {
+                reader,
+                writer,
+                instance,
+            })
         })
+    }
+}
+
+/// Says on stderr, as it happens, what the session goes through, and in
+/// the log: a CLI's MCP log shows a server's stderr, and nothing else
+/// tells the user why the app's tools answer errors.
+pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
+    crate::diag::write_line(format!("mcp-bridge: {}\n", text).as_bytes());
+    if let Some(log) = log {
+        log.event(format_args!("{}", text));
+    }
+}
+
+/// Says what could not be carried over to a new instance: on stderr, in
+/// the log, and to the client as a warning when its session has logging.
+fn report_lost(ledger: &mut ledger::Ledger, log: Option<&TrafficLog>) {
+    if ledger.lost.is_empty() {
+        return;
+    }
+    let logging = ledger
+        .record
+        .told
+        .as_ref()
+        .map_or(false, |t| t.has("logging"));
+    for lost in std::mem::take(&mut ledger.lost) {
+        say(log, &lost);
+        if logging {
+            ledger
+                .owed_client
+                .extend_from_slice(&answer::warning(&lost));
+        }
     }
 }
 

@@ -36,7 +36,7 @@ where
         let outcome = outcome.map_err(|e| e as &(dyn std::error::Error + 'static));
         log.connect_outcome(1, started.elapsed(), outcome);
     }
-    let (reader, writer) = connected?;
+    let super::Connected { reader, writer, .. } = connected?;
     let mut up_tap = log.map(|log| log.tap(Direction::CliToApp));
     let mut down_tap = log.map(|log| log.tap(Direction::AppToCli));
     let mut down = Scanner::new();

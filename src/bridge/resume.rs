@@ -1,198 +1,136 @@
-//! Taking the session back on a new app instance: the recorded session
-//! ([`Record`]) replayed under ids of the bridge's own, the new instance's
-//! replies to it read (and not forwarded), and what it declares noted so
-//! the client can be told its lists may have changed.
+//! Giving a new app instance the session: what the bridge sends it before
+//! the client's held lines, and what it does with its answer.
 //!
-//! Whatever else the app sends meanwhile is kept, line by line, for the
-//! client.
+//! - **Legacy era** (the session began with `initialize`): the recorded
+//!   `initialize` under an id of the bridge's own; the session is taken
+//!   back when the instance answers it with a result. Then, without
+//!   waiting for anything else (so an app that asks the client something
+//!   on `initialized` is answered, and a thousand subscriptions cost one
+//!   round trip): `notifications/initialized`, the log level and the
+//!   subscriptions, under ids of the bridge's own, but only those the new
+//!   instance declares it supports. The client is told the lists may have
+//!   changed (`notifications/<list>/list_changed`, for each list it was
+//!   told about with `listChanged`).
+//! - **2026-07-28 era**: nothing to replay but the open
+//!   `subscriptions/listen` requests, sent again under the client's own
+//!   ids; each acknowledgement then brings the client one tagged
+//!   `list_changed` per list the listen asked for (see the ledger).
+//!
+//! What cannot be carried over (another protocol version, a list, the
+//! log level or subscriptions the new instance does not offer, or
+//! rejects) is said: on stderr, in the log, and to the client as a
+//! `notifications/message` warning when its session has logging.
 
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use super::answer;
+use super::ledger::{Ledger, ListenState, Ours, Told};
+use crate::traffic_log::TrafficLog;
 
-use super::ledger::Record;
-use super::send;
-use crate::envelope::json::{json_text, member};
-use crate::envelope::{Kind, Scanner};
-use crate::io::BUFFER_SIZE;
+/// The lists a client can be told have changed.
+const LISTS: [&str; 3] = ["tools", "prompts", "resources"];
 
-/// Most bytes the app may send while the session is replayed, other than
-/// the replies the bridge waits for (they are passed on once the session is
-/// resumed); an app that sends more is treated as broken.
-const REPLAY_LINE_LIMIT: usize = 4 * 1024 * 1024;
-
-/// What resuming the session on a new connection gave.
-#[derive(Debug, Default)]
-pub(super) struct Resumed {
-    /// The lists the app's answer to the replayed `initialize` declares
-    /// (in `result.capabilities`): tools, prompts, resources.
-    pub(super) lists: [bool; 3],
-    /// Bytes the app sent meanwhile, whole lines for the client, then the
-    /// bytes after the last reply the bridge waited for.
-    pub(super) forward: Vec<u8>,
-    /// Whether there was a session to replay.
-    pub(super) replayed: bool,
+/// What to send a new instance first, and whether it must take the
+/// session back (answer the replayed `initialize`) before the client's
+/// lines follow. `resumed`: the instance comes after a hang-up, or after
+/// the cache answered for the app.
+pub(super) fn start(ledger: &mut Ledger, resumed: bool) -> (Vec<u8>, bool) {
+    ledger.new_instance(resumed);
+    let mut first = Vec::new();
+    let initialize = ledger.record.initialize.clone();
+    if let Some(initialize) = initialize {
+        let id = ledger.ours(Ours::Initialize);
+        push_line(&mut first, &initialize.with_id(&id));
+        return (first, true);
+    }
+    listens(ledger, resumed, &mut first);
+    (first, false)
 }
 
-/// Why resuming on one connection failed, and whether another try can help.
-#[derive(Debug)]
-pub(super) struct ResumeFailure {
-    pub(super) reason: String,
-    /// The app answered, and said no: trying again will not change that.
-    pub(super) rejected: bool,
-}
-
-impl ResumeFailure {
-    fn io(reason: String) -> ResumeFailure {
-        ResumeFailure {
-            reason,
-            rejected: false,
-        }
+/// The open listens, sent again (or for the first time).
+fn listens(ledger: &mut Ledger, resumed: bool, out: &mut Vec<u8>) {
+    for listen in &mut ledger.record.listens {
+        listen.state = match listen.state {
+            ListenState::Unsent | ListenState::Sent => ListenState::Sent,
+            ListenState::Acked | ListenState::Resent => ListenState::Resent,
+        };
+        listen.after_resume = resumed;
+        push_line(out, &listen.text.line);
     }
 }
 
-/// Replays the session on a new connection: the accepted `initialize` under
-/// an id of the bridge's own, then `notifications/initialized`, the log
-/// level and the subscriptions. The replies to the replayed requests are
-/// the bridge's and are not forwarded; whatever else the app sends
-/// meanwhile is kept, line by line, for the client.
-pub(super) async fn resume(
-    replay: &Record,
-    reader: &mut (impl AsyncRead + Unpin),
-    writer: &mut (impl AsyncWrite + Unpin),
-) -> Result<Resumed, ResumeFailure> {
-    let mut resumed = Resumed::default();
-    let initialize = match &replay.initialize {
-        Some(initialize) => initialize,
-        // Nothing to resume: the app never accepted a session.
-        None => return Ok(resumed),
-    };
-    resumed.replayed = true;
-    let mut lines = AppLines::default();
-    let mut requests = vec![initialize];
-    requests.extend(replay.set_level.iter());
-    requests.extend(replay.subscribe.iter());
-    let sending = |e: std::io::Error| {
-        ResumeFailure::io(format!("sending the replayed session failed: {}", e))
-    };
-    for (n, request) in requests.into_iter().enumerate() {
-        let id = format!("\"mcp-bridge-replay-{}\"", n + 1);
-        send(writer, &request.with_id(id.as_bytes()))
-            .await
-            .map_err(sending)?;
-        let reply = lines.reply_to(id.as_bytes(), reader).await?;
-        if n > 0 {
-            continue;
-        }
-        if reply.kind == Kind::ErrorResponse {
-            let message = member(&reply.line, "error")
-                .and_then(|error| member(error, "message"))
-                .map_or_else(|| "(no message)".into(), json_text);
-            return Err(ResumeFailure {
-                reason: format!("the app rejected the replayed initialize: {}", message),
-                rejected: true,
-            });
-        }
-        let capabilities =
-            member(&reply.line, "result").and_then(|result| member(result, "capabilities"));
-        for (declared, list) in resumed
-            .lists
-            .iter_mut()
-            .zip(["tools", "prompts", "resources"])
-        {
-            *declared = capabilities.and_then(|c| member(c, list)).is_some();
-        }
-        if let Some(initialized) = &replay.initialized {
-            send(writer, &initialized.line).await.map_err(sending)?;
+/// The new instance answered the replayed `initialize` with `result`: the
+/// rest of the replay, to send now, and what the client is owed.
+pub(super) fn taken_back(ledger: &mut Ledger, result: &[u8], log: Option<&TrafficLog>) -> Vec<u8> {
+    let new = Told::of(result);
+    let told = ledger.record.told.clone().unwrap_or_default();
+    let mut rest = Vec::new();
+    if let Some(initialized) = ledger.record.initialized.clone() {
+        push_line(&mut rest, &initialized.line);
+    }
+    if !told.protocol.is_empty() && new.protocol != told.protocol {
+        ledger.lost.push(format!(
+            "the app's new instance speaks protocol {}, the session was opened with {}",
+            String::from_utf8_lossy(&new.protocol),
+            String::from_utf8_lossy(&told.protocol)
+        ));
+    }
+    for list in LISTS {
+        if told.declares(list).0 && !new.declares(list).0 {
+            ledger
+                .lost
+                .push(format!("the app's new instance no longer offers {}", list));
         }
     }
-    resumed.forward = lines.forward;
-    resumed.forward.extend_from_slice(&lines.unread);
-    Ok(resumed)
-}
-
-/// Lines read from the app while the session is replayed.
-#[derive(Default)]
-struct AppLines {
-    scanner: Scanner,
-    /// The line being read.
-    line: Vec<u8>,
-    /// Whole lines for the client.
-    forward: Vec<u8>,
-    /// Bytes read but not looked at yet (after a reply the bridge waited for).
-    unread: Vec<u8>,
-}
-
-/// The app's reply to a replayed request.
-struct Reply {
-    kind: Kind,
-    line: Vec<u8>,
-}
-
-impl AppLines {
-    /// Reads lines until the response with `id`, keeping every other line
-    /// for the client.
-    async fn reply_to(
-        &mut self,
-        id: &[u8],
-        reader: &mut (impl AsyncRead + Unpin),
-    ) -> Result<Reply, ResumeFailure> {
-        let mut chunk = vec![0u8; BUFFER_SIZE];
-        loop {
-            if self.unread.is_empty() {
-                let n = reader.read(&mut chunk).await.map_err(|e| {
-                    ResumeFailure::io(format!(
-                        "reading the app's reply to the replayed session failed: {}",
-                        e
-                    ))
-                })?;
-                if n == 0 {
-                    return Err(ResumeFailure::io(
-                        "the app closed the connection while the session was replayed".into(),
-                    ));
-                }
-                self.unread.extend_from_slice(&chunk[..n]);
+    if let Some(level) = ledger.record.set_level.clone() {
+        if new.has("logging") {
+            let id = ledger.ours(Ours::SetLevel);
+            push_line(&mut rest, &level.with_id(&id));
+        } else {
+            ledger.lost.push(
+                "the log level could not be restored: the app's new instance has no logging".into(),
+            );
+        }
+    }
+    let subscriptions = ledger.record.subscribe.clone();
+    if !subscriptions.is_empty() {
+        if new.subscribes() {
+            for subscription in &subscriptions {
+                let uri = subscription.param("uri").unwrap_or(b"").to_vec();
+                let id = ledger.ours(Ours::Subscribe(uri));
+                push_line(&mut rest, &subscription.with_id(&id));
             }
-            let unread = std::mem::take(&mut self.unread);
-            let mut looked_at = 0;
-            for segment in unread.split_inclusive(|&b| b == b'\n') {
-                looked_at += segment.len();
-                self.line.extend_from_slice(segment);
-                if self.line.len() + self.forward.len() > REPLAY_LINE_LIMIT {
-                    return Err(ResumeFailure::io(format!(
-                        "the app sent more than {} MiB while the session was replayed",
-                        REPLAY_LINE_LIMIT >> 20
-                    )));
-                }
-                let mut verdict = None;
-                self.scanner.feed(segment, |envelope| {
-                    let ours = matches!(envelope.kind, Kind::Response | Kind::ErrorResponse)
-                        && envelope.id == Some(id);
-                    verdict = Some((ours, envelope.kind));
-                });
-                let (ours, kind) = match verdict {
-                    None => continue,
-                    Some(verdict) => verdict,
-                };
-                let line = std::mem::take(&mut self.line);
-                if ours {
-                    self.unread = unread[looked_at..].to_vec();
-                    return Ok(Reply { kind, line });
-                }
-                self.forward.extend_from_slice(&line);
-            }
+        } else {
+            ledger.lost.push(format!(
+                "{} resource subscription(s) could not be restored: the app's new instance \
+                 does not offer resources/subscribe",
+                subscriptions.len()
+            ));
         }
     }
+    listens(ledger, true, &mut rest);
+    for list in LISTS {
+        if told.declares(list).1 {
+            ledger
+                .owed_client
+                .extend_from_slice(&answer::list_changed(list, None));
+        }
+    }
+    if ledger.record.by_bridge {
+        // The client was answered from the cache: what it was told is
+        // what the app says now.
+        ledger.record.by_bridge = false;
+    }
+    ledger.cache.save_initialize(result);
+    if let Some(log) = log {
+        log.event(format_args!(
+            "the app's new instance took the session back (the replayed initialize was answered)"
+        ));
+    }
+    rest
 }
 
-/// `notifications/<list>/list_changed` for each list the new app instance
-/// declares, so the client asks it what it offers.
-pub(super) fn list_changed_notifications(resumed: &Resumed) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (list, declared) in ["tools", "prompts", "resources"].iter().zip(resumed.lists) {
-        if declared {
-            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/");
-            out.extend_from_slice(list.as_bytes());
-            out.extend_from_slice(b"/list_changed\"}\n");
-        }
+fn push_line(out: &mut Vec<u8>, line: &[u8]) {
+    out.extend_from_slice(line);
+    if line.last() != Some(&b'\n') {
+        out.push(b'\n');
     }
-    out
 }

@@ -41,6 +41,10 @@ const MAX_SECONDS: u64 = 86_400;
 /// it, hence the flag).
 const LOG_ENV: &str = "MCP_BRIDGE_LOG";
 
+/// The variable that names the answers cache's directory when `--cache-dir`
+/// is not given (empty: no cache).
+const CACHE_ENV: &str = "MCP_BRIDGE_CACHE_DIR";
+
 /// What the user asked for.
 #[derive(Debug)]
 pub enum Command {
@@ -180,6 +184,8 @@ fn parse_bridge(
     let mut reconnect_timeout = None;
     let mut no_reconnect = None;
     let mut log = None;
+    let mut cache_dir = None;
+    let mut no_cache = None;
     while let Some(arg) = args.next()? {
         let name = match arg {
             Arg::Option(name) => name,
@@ -194,11 +200,26 @@ fn parse_bridge(
             "--reconnect-timeout" => once(&mut reconnect_timeout, &name, args.seconds(&name)?)?,
             "--no-reconnect" => once(&mut no_reconnect, &name, args.no_value()?)?,
             "--log" => once(&mut log, &name, args.path(&name)?)?,
+            "--cache-dir" => once(&mut cache_dir, &name, args.path(&name)?)?,
+            "--no-cache" => once(&mut no_cache, &name, args.no_value()?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
+    if cache_dir.is_some() && no_cache.is_some() {
+        return error("--cache-dir and --no-cache cannot be used together");
+    }
     let mut config = bridge::Config::new(required_endpoint(endpoint)?);
+    config.cache = match (no_cache, cache_dir) {
+        (Some(()), _) => None,
+        (None, Some(dir)) => Some(dir),
+        // An empty variable turns the cache off; unset, the default.
+        (None, None) => match std::env::var_os(CACHE_ENV) {
+            Some(dir) if dir.is_empty() => None,
+            Some(dir) => Some(PathBuf::from(dir)),
+            None => bridge::default_cache_dir(),
+        },
+    };
     config.handshake.project = project.unwrap_or_default();
     config.handshake.requester = requester.unwrap_or_default();
     if let Some(timeout) = connect_timeout {

@@ -162,6 +162,14 @@ impl fmt::Display for ServerUser {
     }
 }
 
+/// An identity of the process serving the connection `reader` belongs to,
+/// as the kernel tells it, for telling a new app instance from the one
+/// that hung up: its pid, and on Unix the socket file's inode (an app that
+/// binds again makes a new one). `None` where the platform cannot say.
+pub fn instance(endpoint: &Path, reader: &Reader) -> Option<u64> {
+    platform::instance(endpoint, &reader.0)
+}
+
 /// Who serves the connection `reader` belongs to, as the kernel tells it
 /// (the listening process's uid on Unix, the pipe's owner SID on Windows).
 pub fn server_user(reader: &Reader) -> io::Result<ServerUser> {
@@ -260,6 +268,21 @@ impl ConnectError {
     /// Whether the endpoint is served by a user the bridge does not trust.
     pub fn is_untrusted_server(&self) -> bool {
         matches!(self.fault, Fault::Untrusted { .. })
+    }
+
+    /// Whether waiting may cure it: nothing serves the endpoint yet (it
+    /// does not exist, nothing listens, every instance is busy, or the
+    /// connect timed out), as opposed to a fault that waiting cannot cure
+    /// (permission denied, not a socket, a server of another user).
+    pub fn may_heal(&self) -> bool {
+        matches!(self.fault, Fault::Io | Fault::Waited)
+            && matches!(
+                self.source.kind(),
+                io::ErrorKind::NotFound
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::WouldBlock
+            )
     }
 }
 

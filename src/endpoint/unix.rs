@@ -185,6 +185,33 @@ pub(crate) fn peer_uid(_stream: &impl AsFd) -> io::Result<u32> {
     ))
 }
 
+/// The serving process's pid (Linux) and the socket file's inode, hashed
+/// together (see [`super::instance`]).
+pub(super) fn instance(path: &Path, reader: &Reader) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let pid = rustix::net::sockopt::socket_peercred(reader.socket.get_ref())
+        .ok()
+        .map(|cred| cred.pid.as_raw_nonzero().get() as u64);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let pid: Option<u64> = {
+        let _ = reader;
+        None
+    };
+    if file.is_none() && pid.is_none() {
+        return None;
+    }
+    let (dev, ino) = file.unwrap_or((0, 0));
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for part in [dev, ino, pid.unwrap_or(0)] {
+        for b in part.to_le_bytes() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Some(hash)
+}
+
 /// The uid serving the connection `reader` belongs to.
 pub(super) fn server_principal(reader: &Reader) -> io::Result<Principal> {
     peer_uid(reader.socket.get_ref())

@@ -432,6 +432,12 @@ pub(crate) fn serve_connections_allowed() -> usize {
 // lands, only by the tests.
 pub(super) type Principal = String;
 
+/// The id of the process serving our pipe instance (see
+/// [`super::instance`]).
+pub(super) fn instance(_name: &Path, reader: &Reader) -> Option<u64> {
+    reader.pipe.server_process_id().ok().map(u64::from)
+}
+
 /// Who created the pipe `reader` is connected to: its owner SID (see the
 /// module docs for why the owner). A pipe without an owner is an error, so
 /// it is refused like a foreign one.

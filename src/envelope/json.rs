@@ -1,8 +1,8 @@
 //! The one small JSON toolkit of the crate, for code that has no JSON
 //! library (the bridge-only build has none) and reads or writes a few
 //! values of whole, bounded lines: a member of an object ([`member`]), the
-//! elements of an array ([`for_each_array_element`]), a string for a
-//! person ([`json_text`]), and a string written as JSON
+//! elements of an array ([`for_each_array_element`]), and a string
+//! written as JSON
 //! ([`push_json_string`]).
 //!
 //! They walk, they do not validate: what they read was relayed unchanged
@@ -82,19 +82,6 @@ fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
             return Some(j);
         }
     }
-}
-
-/// A JSON string value as text for a person: the quotes dropped and
-/// simple escapes undone; anything else as written.
-pub(crate) fn json_text(raw: &[u8]) -> String {
-    let inner = raw
-        .strip_prefix(b"\"")
-        .and_then(|r| r.strip_suffix(b"\""))
-        .unwrap_or(raw);
-    String::from_utf8_lossy(inner)
-        .replace("\\\"", "\"")
-        .replace("\\n", " ")
-        .replace("\\\\", "\\")
 }
 
 /// Calls `each` with every element of the JSON array that starts `json`

@@ -58,7 +58,9 @@ mod tests;
 mod values;
 
 pub(crate) use batch::{batch_ids, first_byte_after_space};
-pub(crate) use error_line::{array_of_errors, batch_errors, error_response_line};
+#[cfg(any(feature = "host", test))]
+pub(crate) use error_line::error_response_line;
+pub(crate) use error_line::{array_of_errors, push_error_response};
 use fast::{find_newline, skip_string, StringEnd, CLOSE, NESTED, OPEN, PLAIN, QUOTE, SCALAR_END};
 #[cfg(feature = "doctor")]
 pub(crate) use json::for_each_array_element;
@@ -138,6 +140,27 @@ pub(crate) struct Envelope<'a> {
     /// [recording](Scanner::recording) and this is a request or notification
     /// with one of the recorded methods, at most [`RECORD_CAP`] long.
     pub(crate) line: Option<&'a [u8]>,
+}
+
+/// What the scanner knows of the line it is in the middle of, before its
+/// `\n`: enough, most of the time, to decide what becomes of the line while
+/// it is still arriving (SDKs write `id` and `result` or `method` near the
+/// start; some write `id` last, and such a line is only known at its end).
+/// See [`Scanner::partial`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Partial<'a> {
+    /// A top-level `method` member has been seen (a request or a
+    /// notification, unless the line turns out to be something else).
+    pub(crate) method: bool,
+    /// The `method`, once its string has ended, when it fit.
+    pub(crate) method_name: Option<&'a str>,
+    /// A top-level `result` or `error` member has been seen (a response).
+    pub(crate) answer: bool,
+    /// The `id`, once its value has ended, valid and short enough to keep.
+    pub(crate) id: Option<&'a [u8]>,
+    /// The line is no JSON-RPC object the scanner follows: nothing more
+    /// will be learned of it.
+    pub(crate) other: bool,
 }
 
 /// Which object's members are being read: the line's own, or its `error`.
@@ -377,6 +400,25 @@ impl Scanner {
     /// only moment a line of one's own may be put into it.
     pub(crate) fn mid_line(&self) -> bool {
         self.len > 0
+    }
+
+    /// What is known so far of the line in progress (see [`Partial`]);
+    /// meaningful while [`mid_line`](Self::mid_line).
+    pub(crate) fn partial(&self) -> Partial<'_> {
+        let seen = &self.seen;
+        let id_done = seen.id && seen.id_valid && self.target != Some(Target::Id);
+        let method_done = seen.method && seen.method_string && self.target != Some(Target::Method);
+        Partial {
+            method: seen.method,
+            method_name: if method_done {
+                self.method.whole().and_then(|m| str::from_utf8(m).ok())
+            } else {
+                None
+            },
+            answer: seen.result || seen.error,
+            id: if id_done { self.id.whole() } else { None },
+            other: self.state == State::Bad,
+        }
     }
 
     /// Scans the next `chunk` of the stream, calling `on_line` with the

@@ -19,7 +19,10 @@ pub fn bridge_command(socket: &Path, project: &str, requester: &str) -> Command 
         .arg("mcp-server")
         .arg("--endpoint")
         .arg(socket)
-        .args(["--project", project, "--requester", requester]);
+        .args(["--project", project, "--requester", requester])
+        // The user's own answers cache stays out of the tests (a test that
+        // wants one passes --cache-dir).
+        .env("MCP_BRIDGE_CACHE_DIR", "");
     command
 }
 

@@ -1,135 +1,714 @@
 //! Everything the traffic teaches the bridge, in one owner: the client's
 //! requests in flight ([`Pending`], with the batches), the app's requests
-//! to the client, open and stale ([`AppRequests`]), and the session to
-//! replay ([`Record`]).
+//! to the client, open and stale ([`AppRequests`]), the session to give a
+//! new instance ([`Record`]), the bridge's own requests to the app, and
+//! what the bridge owes each side.
 //!
 //! Each line is decided here once, by the same code whether the bridge is
-//! relaying it or holding it: [`Ledger::client_line`] for what the client
-//! sends, [`Ledger::app_line`] for what the app sends. The callers (the
-//! relay's watchers online, the held stdin offline) only say where the line
-//! goes.
+//! relaying it, holding it or answering it itself. A client line is
+//! [classified](Line::of) when it ends, [decided](Ledger::decide) at once
+//! (it goes on, it is taken out, or the bridge answers it), and what it
+//! teaches is applied when it has reached an app instance
+//! ([`Ledger::sent`]) or been answered by the bridge ([`Ledger::refused`]):
+//! a line the app never got teaches nothing. An app line is decided as
+//! early as its first members allow ([`Ledger::app_partial`]), and its
+//! lesson is taken at its end ([`Ledger::app_line`]).
 
 mod pending;
 mod record;
 
-pub(super) use pending::{IdSet, Pending};
-pub(super) use record::{Record, RECORDED};
+pub(super) use pending::{IdMap, IdSet, Pending};
+pub(super) use record::{listed, ListenState, Record, Recorded, Told};
 
+use super::answer::{self, Answer, Reason};
+use super::cache::Cache;
 use crate::envelope::json::member;
-use crate::envelope::{Envelope, Kind};
+use crate::envelope::{batch_ids, Envelope, Kind, Partial};
 
 /// Most ids of open app-to-client requests remembered per session: an app
 /// has a handful open at a time.
 const STALE_LIMIT: usize = 4096;
 
-/// Where a whole client line went.
+/// The methods whose requests and notifications the client scanner
+/// records whole: the session's state, and the requests that only read
+/// (sent again to the next instance when the app goes away while they
+/// are in flight).
+pub(super) const RECORDED: &[&str] = &[
+    "initialize",
+    "notifications/initialized",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "notifications/cancelled",
+    "subscriptions/listen",
+    "server/discover",
+    "ping",
+    "tools/list",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+];
+
+/// What a client request asks, as far as the bridge cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Dest {
-    /// Relayed to the app instance online.
-    App,
-    /// Held for the next instance.
-    Held,
-    /// Nowhere: answered by the bridge or dropped.
-    Nowhere,
+pub(super) enum Method {
+    Initialize,
+    Discover,
+    Listen,
+    SetLevel,
+    Subscribe,
+    Unsubscribe,
+    Initialized,
+    Cancelled,
+    /// A request that only reads: safe to send again.
+    ReadOnly,
+    Other,
 }
 
-/// What becomes of a line.
+impl Method {
+    fn of(name: Option<&str>) -> Method {
+        match name {
+            Some("initialize") => Method::Initialize,
+            Some("server/discover") => Method::Discover,
+            Some("subscriptions/listen") => Method::Listen,
+            Some("logging/setLevel") => Method::SetLevel,
+            Some("resources/subscribe") => Method::Subscribe,
+            Some("resources/unsubscribe") => Method::Unsubscribe,
+            Some("notifications/initialized") => Method::Initialized,
+            Some("notifications/cancelled") => Method::Cancelled,
+            Some(
+                "ping"
+                | "tools/list"
+                | "prompts/list"
+                | "prompts/get"
+                | "resources/list"
+                | "resources/templates/list"
+                | "resources/read"
+                | "completion/complete",
+            ) => Method::ReadOnly,
+            _ => Method::Other,
+        }
+    }
+
+    /// Whether a request in flight when the app went away is sent to the
+    /// next instance rather than answered with an error: it only reads, or
+    /// it is the session's own (`initialize`, `server/discover`), so the
+    /// app cannot have done anything twice.
+    pub(super) fn repeatable(self) -> bool {
+        matches!(
+            self,
+            Method::Initialize
+                | Method::Discover
+                | Method::SetLevel
+                | Method::Subscribe
+                | Method::Unsubscribe
+                | Method::ReadOnly
+        )
+    }
+}
+
+/// A whole client line, as the ledger sees it.
+#[derive(Clone, Debug)]
+pub(super) enum Line {
+    /// A request: its id (`None`: too long to keep), what it asks, and its
+    /// text when the scanner recorded it.
+    Request {
+        id: Option<Vec<u8>>,
+        method: Method,
+        text: Option<Recorded>,
+    },
+    /// A notification, and its text when recorded.
+    Notification {
+        method: Method,
+        text: Option<Recorded>,
+    },
+    /// The client's answer to a request of the app's.
+    Reply(Vec<u8>),
+    /// A batch, by the ids of the requests in it.
+    Batch(Vec<u8>),
+    /// Anything else (an empty line, not JSON-RPC): passed on as it is.
+    Other,
+}
+
+impl Line {
+    /// Classifies a line the scanner ended; `array` is its text when it is
+    /// an array (a batch), as far as it was kept.
+    pub(super) fn of(envelope: &Envelope<'_>, array: Option<&[u8]>) -> Line {
+        let method = Method::of(envelope.method);
+        match (envelope.kind, envelope.id) {
+            (Kind::Request, id) => Line::Request {
+                id: id.map(<[u8]>::to_vec),
+                method,
+                text: Recorded::of(envelope),
+            },
+            (Kind::Notification, _) => Line::Notification {
+                method,
+                text: Recorded::of(envelope),
+            },
+            (Kind::Response | Kind::ErrorResponse, Some(id)) => Line::Reply(id.to_vec()),
+            _ => match array {
+                Some(array) => Line::Batch(batch_ids(array, false)),
+                None => Line::Other,
+            },
+        }
+    }
+
+    /// Whether the line awaits an answer (worth waiting for the app after
+    /// stdin ended).
+    pub(super) fn asks(&self) -> bool {
+        match self {
+            Line::Request { method, .. } => *method != Method::Listen,
+            Line::Batch(ids) => !ids.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// The request a `notifications/cancelled` line cancels.
+    pub(super) fn cancels(&self) -> Option<&[u8]> {
+        match self {
+            Line::Notification {
+                method: Method::Cancelled,
+                text: Some(text),
+            } => text.param("requestId"),
+            _ => None,
+        }
+    }
+}
+
+/// Where the client side is, which decides what a line may become.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Relaying to an app instance.
+    Online,
+    /// Holding lines for the next instance.
+    Holding,
+    /// No app: requests are answered by the bridge.
+    Absent,
+}
+
+/// What becomes of a client line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
-    /// It goes on.
+    /// It goes on (or is held for the app).
     Forward,
-    /// It is taken out of the stream: a reply to an app instance that is
-    /// gone.
+    /// It is taken out: a reply to an instance that is gone, or a line the
+    /// bridge took care of itself.
     Drop,
+    /// The bridge answers it with an error.
+    Refuse,
+}
+
+/// What an app line needs before it can be decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Early {
+    /// Pass it on as it comes.
+    Forward,
+    /// Take it out as it comes.
+    Drop,
+    /// Wait for the line's end: it is decided there.
+    Wait,
+}
+
+/// A request of the bridge's own to the app instance (the replay).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Ours {
+    Initialize,
+    SetLevel,
+    Subscribe(Vec<u8>),
+}
+
+/// The new instance's answer to the replayed `initialize`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum TakenBack {
+    /// Its `result`, raw.
+    Accepted(Vec<u8>),
+    /// It said no: its error message.
+    Rejected(String),
 }
 
 /// What the traffic taught the bridge so far (see the [module docs](self)).
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
-    /// The client's requests the app has not answered.
+    /// The client's requests the current instance has not answered.
     pub(super) pending: Pending,
+    batches: pending::Batches,
     /// The app's requests to the client.
-    pub(super) app_requests: AppRequests,
+    app_requests: AppRequests,
     /// The session as the app accepted it.
     pub(super) record: Record,
+    /// The bridge's requests to the current instance, by raw id.
+    ours: IdMap<Ours>,
+    next_ours: u64,
+    /// The answer to the replayed `initialize`, when it came.
+    pub(super) taken_back: Option<TakenBack>,
+    /// Whether the current instance answered a client request.
+    pub(super) served: bool,
+    /// Whether the current instance came after a hang-up (or after the
+    /// cache answered for the app): what it answers is checked against what
+    /// it was asked.
+    resumed: bool,
+    /// `initialize` and `server/discover` requests in flight: their
+    /// answers are read whole (for the record and the cache).
+    whole_wanted: usize,
+    /// The app's last answers, for a client that comes before the app.
+    pub(super) cache: Cache,
+    /// The app is known not to be there: the cache may answer.
+    pub(super) app_absent: bool,
+    /// Whole lines the bridge owes the client (error responses,
+    /// notifications), written at the next line boundary.
+    pub(super) owed_client: Vec<u8>,
+    /// Whole lines the bridge owes the app (its requests, error responses
+    /// to the app's), written at the next line boundary.
+    pub(super) owed_app: Vec<u8>,
+    /// What could not be carried over to the new instance, to be said.
+    pub(super) lost: Vec<String>,
+    /// The endpoint, for the errors the bridge writes.
+    pub(super) endpoint: std::path::PathBuf,
 }
 
 impl Ledger {
-    /// A whole client line, going to `dest`: what it teaches, and whether it
-    /// goes on.
-    pub(super) fn client_line(&mut self, envelope: &Envelope<'_>, dest: Dest) -> Verdict {
-        match (envelope.kind, envelope.id) {
-            (Kind::Response | Kind::ErrorResponse, Some(id)) => {
-                if self.app_requests.client_replied(id) {
-                    return Verdict::Drop;
-                }
-            }
-            (Kind::Request, id) => {
-                if dest == Dest::App {
-                    match id {
-                        Some(id) => self.pending.insert(id),
-                        None => self.pending.long_id(true),
-                    }
-                }
-                if dest != Dest::Nowhere {
-                    self.record.client_sent(envelope);
-                }
-            }
-            (Kind::Notification, _) if envelope.method == Some("notifications/cancelled") => {
-                if dest == Dest::App {
-                    if let Some(id) = cancelled_id(envelope) {
-                        self.pending.remove(id);
-                    }
-                }
-            }
-            _ => {
-                if dest != Dest::Nowhere {
-                    self.record.client_sent(envelope);
-                }
-            }
+    /// A ledger for a session with `endpoint`, answering from `cache`.
+    pub(super) fn new(cache: Cache, endpoint: std::path::PathBuf) -> Ledger {
+        Ledger {
+            cache,
+            endpoint,
+            ..Ledger::default()
         }
-        Verdict::Forward
     }
 
-    /// A whole app line on its way to the client: what it teaches.
-    pub(super) fn app_line(&mut self, envelope: &Envelope<'_>) {
-        match (envelope.kind, envelope.id) {
-            (Kind::Response | Kind::ErrorResponse, Some(id)) => {
-                self.pending.remove(id);
-                self.record.app_replied(envelope.kind, id);
+    /// Decides a client line (see the [module docs](self)): lines the
+    /// bridge takes care of itself (an `initialize` or `server/discover`
+    /// the cache answers while the app is away, a listen kept for the app)
+    /// take their effect here; the others when they are [sent](Self::sent)
+    /// or [refused](Self::refused).
+    pub(super) fn decide(&mut self, line: &Line, mode: Mode) -> Verdict {
+        let online = mode == Mode::Online;
+        match line {
+            Line::Reply(id) if self.app_requests.stale.contains(id) => {
+                // The answer to a gone instance's question: not for the next
+                // one, which may ask under the same id once this is settled.
+                self.app_requests.client_replied(id);
+                Verdict::Drop
             }
-            (Kind::Response | Kind::ErrorResponse, None) => self.pending.long_id(false),
-            (Kind::Request, Some(id)) => self.app_requests.app_asked(id),
+            Line::Reply(_) if mode == Mode::Absent => Verdict::Drop,
+            Line::Request {
+                id: Some(id),
+                method: Method::Listen,
+                text: Some(text),
+            } if !online => {
+                self.record.listen(id, text.clone(), ListenState::Unsent);
+                Verdict::Drop
+            }
+            Line::Request {
+                id: Some(id),
+                method: method @ (Method::Initialize | Method::Discover),
+                text,
+            } if !online => match self.answer_from_cache(id, *method, text) {
+                true => Verdict::Drop,
+                false if mode == Mode::Absent => Verdict::Refuse,
+                false => Verdict::Forward,
+            },
+            Line::Notification {
+                method: Method::Initialized,
+                text: Some(text),
+            } if self.record.by_bridge => {
+                // The replay sends it to the app with the `initialize` the
+                // cache answered.
+                self.record.initialized(text.clone());
+                Verdict::Drop
+            }
+            Line::Notification { .. } | Line::Other if mode == Mode::Absent => {
+                if let Some(id) = line.cancels() {
+                    self.record.end_listen(id);
+                }
+                Verdict::Drop
+            }
+            Line::Request { .. } | Line::Batch(_) if mode == Mode::Absent => Verdict::Refuse,
+            _ => {
+                if let Some(id) = line.cancels() {
+                    // A cancelled listen is not sent again.
+                    self.record.end_listen(id);
+                }
+                Verdict::Forward
+            }
+        }
+    }
+
+    /// Answers an `initialize` or `server/discover` from the cache, while
+    /// the app is known to be away: whether it did.
+    fn answer_from_cache(&mut self, id: &[u8], method: Method, text: &Option<Recorded>) -> bool {
+        if !self.app_absent {
+            return false;
+        }
+        let result = match method {
+            Method::Initialize => self.cache.initialize(),
+            _ => self.cache.discover(),
+        };
+        let result = match result {
+            Some(result) => result.to_vec(),
+            None => return false,
+        };
+        self.owed_client
+            .extend_from_slice(&answer::result_line(id, &result));
+        match method {
+            Method::Initialize => self.record.accepted(text.clone(), &result, true),
+            _ => self.record.modern(),
+        }
+        true
+    }
+
+    /// A client line reached the current app instance: what it teaches.
+    pub(super) fn sent(&mut self, line: Line) {
+        match line {
+            Line::Request {
+                id: Some(id),
+                method: Method::Listen,
+                text: Some(text),
+            } => self.record.listen(&id, text, ListenState::Sent),
+            Line::Request { id, method, text } => {
+                match method {
+                    Method::SetLevel => {
+                        if let Some(text) = &text {
+                            self.record.set_level(text.clone());
+                        }
+                    }
+                    Method::Subscribe => {
+                        if let Some(text) = &text {
+                            self.record.subscribe(text.clone());
+                        }
+                    }
+                    Method::Unsubscribe => {
+                        if let Some(text) = &text {
+                            self.record.unsubscribe(text);
+                        }
+                    }
+                    _ => {}
+                }
+                match id {
+                    Some(id) => {
+                        if matches!(method, Method::Initialize | Method::Discover) {
+                            self.whole_wanted += 1;
+                        }
+                        let keep = text.filter(|_| method.repeatable());
+                        self.pending.insert(&id, method, keep);
+                    }
+                    None => self.pending.long_id(true),
+                }
+            }
+            Line::Notification { method, text } => {
+                if let Some(id) = (Line::Notification {
+                    method,
+                    text: text.clone(),
+                })
+                .cancels()
+                {
+                    self.pending.remove(id);
+                }
+                if let (Method::Initialized, Some(text)) = (method, text) {
+                    self.record.initialized(text);
+                }
+            }
+            Line::Reply(id) => self.app_requests.client_replied(&id),
+            Line::Batch(ids) => self.batches.sent(ids),
+            Line::Other => {}
+        }
+    }
+
+    /// A client line the bridge answers itself with `answer`.
+    pub(super) fn refused(&mut self, line: &Line, answer: &Answer) {
+        match line {
+            Line::Request { id, .. } => {
+                let id = id.as_deref().unwrap_or(b"null");
+                self.owed_client.extend_from_slice(&answer.to(id));
+            }
+            Line::Batch(ids) => self.owed_client.extend(answer.to_ids(ids)),
             _ => {}
         }
     }
 
-    /// Whether a client reply to `id` is for a gone instance, and is to be
-    /// taken out (the same rule [`Ledger::client_line`] applies).
-    pub(super) fn drops_reply_to(&mut self, id: &[u8]) -> bool {
-        self.app_requests.client_replied(id)
+    /// Whether a client line may still be taken out (a reply to a gone
+    /// instance): if not, every line goes on as it comes.
+    pub(super) fn may_drop_client_lines(&self) -> bool {
+        !self.app_requests.stale.is_empty()
     }
-}
 
-/// The id a `notifications/cancelled` line names (`params.requestId`).
-fn cancelled_id<'a>(envelope: &Envelope<'a>) -> Option<&'a [u8]> {
-    envelope
-        .line
-        .and_then(|line| member(member(line, "params")?, "requestId"))
+    /// Decides an app line from its first members (see [`Early`]).
+    pub(super) fn app_partial(&self, partial: &Partial<'_>) -> Early {
+        if partial.other {
+            return Early::Forward;
+        }
+        if partial.answer {
+            return match partial.id {
+                Some(id) if self.wants_whole(id) => Early::Wait,
+                Some(id) if self.placed(id) => Early::Forward,
+                Some(_) => Early::Drop,
+                // Nothing to take out or to read: it goes on as it comes.
+                None if !self.resumed && self.ours.is_empty() && self.whole_wanted == 0 => {
+                    Early::Forward
+                }
+                None => Early::Wait,
+            };
+        }
+        if partial.method {
+            if partial.method_name == Some("notifications/subscriptions/acknowledged") {
+                return Early::Wait;
+            }
+            if self.app_requests.stale.is_empty() {
+                return Early::Forward;
+            }
+        }
+        Early::Wait
+    }
+
+    /// Whether the reply to `id` is read whole by the ledger (the replay's,
+    /// an `initialize` or `server/discover` result for the cache).
+    fn wants_whole(&self, id: &[u8]) -> bool {
+        self.ours.contains_key(id)
+            || self.pending.method_of(id).map_or(false, |m| {
+                matches!(m, Method::Initialize | Method::Discover)
+            })
+    }
+
+    /// Whether a reply with `id` goes to the client: it answers something
+    /// the current instance was asked (or the bridge cannot tell, having
+    /// forgotten some). The first instance's replies all go on: only a
+    /// resumed one can answer what it was never asked.
+    fn placed(&self, id: &[u8]) -> bool {
+        !self.resumed
+            || self.pending.contains(id)
+            || self.record.listens.iter().any(|l| l.id == id)
+            || self.pending.forgot
+    }
+
+    /// A whole app line (`text`, as far as it was kept, when it was
+    /// [waited for](Early::Wait)): what it teaches, and whether it goes on
+    /// to the client. `decided` is what [`Ledger::app_partial`] said, if it
+    /// said anything but wait: the line is then already on its way or
+    /// gone, and only teaches.
+    pub(super) fn app_line(
+        &mut self,
+        envelope: &Envelope<'_>,
+        text: Option<&[u8]>,
+        decided: Option<Early>,
+    ) -> bool {
+        if decided == Some(Early::Drop) {
+            return false;
+        }
+        match (envelope.kind, envelope.id) {
+            (Kind::Response | Kind::ErrorResponse, Some(id)) => self.app_reply(envelope, id, text),
+            (Kind::Response | Kind::ErrorResponse, None) => {
+                self.pending.long_id(false);
+                true
+            }
+            (Kind::Request, Some(id)) => {
+                if self.app_requests.stale.contains(id) {
+                    // The client may still answer the old instance under
+                    // this id: the answer could not be placed.
+                    let answer = Answer::new(
+                        Reason::IdInUse,
+                        "mcp-bridge: the client may still answer this id for the app's previous \
+                         instance; ask again under another id",
+                        &self.endpoint,
+                    );
+                    self.owed_app.extend_from_slice(&answer.to(id));
+                    return false;
+                }
+                self.app_requests.app_asked(id);
+                true
+            }
+            (Kind::Notification, _)
+                if envelope.method == Some("notifications/subscriptions/acknowledged") =>
+            {
+                text.map_or(true, |text| self.acknowledged(text))
+            }
+            _ => true,
+        }
+    }
+
+    fn app_reply(&mut self, envelope: &Envelope<'_>, id: &[u8], text: Option<&[u8]>) -> bool {
+        let result = text.and_then(|text| member(text, "result"));
+        if let Some(ours) = self.ours.remove(id) {
+            self.our_reply(ours, envelope, result);
+            return false;
+        }
+        if let Some(sent) = self.pending.remove(id) {
+            self.served = true;
+            if matches!(sent.method, Method::Initialize | Method::Discover) {
+                self.whole_wanted = self.whole_wanted.saturating_sub(1);
+            }
+            if let (Kind::Response, Some(result)) = (envelope.kind, result) {
+                match sent.method {
+                    Method::Initialize => {
+                        self.record.accepted(sent.text, result, false);
+                        self.cache.save_initialize(result);
+                    }
+                    Method::Discover => {
+                        self.record.modern();
+                        self.cache.save_discover(result);
+                    }
+                    _ => {}
+                }
+            }
+            return true;
+        }
+        if self.record.end_listen(id) {
+            return true;
+        }
+        // Answered already (by the bridge, at a restart), or never asked of
+        // this instance: one answer per request.
+        self.placed(id)
+    }
+
+    fn our_reply(&mut self, ours: Ours, envelope: &Envelope<'_>, result: Option<&[u8]>) {
+        let failed = envelope.kind == Kind::ErrorResponse;
+        let why = || envelope.error_message.unwrap_or("(no message)").to_string();
+        match ours {
+            Ours::Initialize => {
+                self.taken_back = Some(match (failed, result) {
+                    (false, Some(result)) => TakenBack::Accepted(result.to_vec()),
+                    (false, None) => TakenBack::Accepted(b"{}".to_vec()),
+                    (true, _) => TakenBack::Rejected(why()),
+                });
+            }
+            Ours::SetLevel if failed => self.lost.push(format!(
+                "the new instance rejected the log level: {}",
+                why()
+            )),
+            Ours::Subscribe(uri) if failed => self.lost.push(format!(
+                "the new instance rejected the subscription to {}: {}",
+                String::from_utf8_lossy(&uri),
+                why()
+            )),
+            _ => {}
+        }
+    }
+
+    /// `notifications/subscriptions/acknowledged`: whether it goes on to
+    /// the client.
+    fn acknowledged(&mut self, text: &[u8]) -> bool {
+        let params = member(text, "params");
+        let id = params
+            .and_then(|p| member(p, "_meta"))
+            .and_then(|m| member(m, "io.modelcontextprotocol/subscriptionId"));
+        let honored = params
+            .and_then(|p| member(p, "notifications"))
+            .map(<[u8]>::to_vec);
+        let listen = match id.and_then(|id| self.record.listen_mut(id)) {
+            Some(listen) => listen,
+            None => return true,
+        };
+        let before = std::mem::replace(&mut listen.honored, honored.clone());
+        let was = std::mem::replace(&mut listen.state, ListenState::Acked);
+        let resumed = listen.after_resume;
+        let id = listen.id.clone();
+        if resumed {
+            let filter = honored
+                .clone()
+                .or_else(|| listen.text.param("notifications").map(<[u8]>::to_vec))
+                .unwrap_or_default();
+            for list in listed(&filter) {
+                self.owed_client
+                    .extend_from_slice(&answer::list_changed(list, Some(&id)));
+            }
+        }
+        match was {
+            ListenState::Resent if before == honored => false,
+            ListenState::Resent => {
+                self.lost.push(format!(
+                    "the new instance honours less of the subscription {}",
+                    String::from_utf8_lossy(&id)
+                ));
+                // The client is told what is honoured now (before the
+                // notifications above, which follow it).
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// An array line from the app (a batch's answer; `whole`: kept whole):
+    /// the batch it answers is settled.
+    pub(super) fn app_array(&mut self, line: &[u8], whole: bool) {
+        self.batches.answered(line, whole);
+    }
+
+    /// A request of the bridge's own for the current instance: its id.
+    pub(super) fn ours(&mut self, what: Ours) -> Vec<u8> {
+        self.next_ours += 1;
+        let id = format!("\"mcp-bridge-replay-{}\"", self.next_ours).into_bytes();
+        self.ours.insert(id.clone(), what);
+        id
+    }
+
+    /// A new app instance takes over (`resumed`: after a hang-up or the
+    /// cache's answers): nothing of the old one's is pending with it.
+    pub(super) fn new_instance(&mut self, resumed: bool) {
+        self.ours.clear();
+        self.taken_back = None;
+        self.served = false;
+        self.whole_wanted = 0;
+        self.owed_app.clear();
+        self.resumed = resumed;
+    }
+
+    /// The app instance hung up: what was in flight with it. Requests that
+    /// may be sent again come back, in order, to be held for the next
+    /// instance; the others are answered with `answer`; the app's open
+    /// requests to the client are cancelled towards the client and their
+    /// ids go stale.
+    pub(super) fn hung_up(&mut self, answer: &Answer) -> Vec<Line> {
+        let mut again = Vec::new();
+        for (id, sent) in self.pending.drain() {
+            match sent.text {
+                Some(text) if sent.method.repeatable() => again.push(Line::Request {
+                    method: sent.method,
+                    text: Some(text),
+                    id: Some(id),
+                }),
+                _ => self.owed_client.extend_from_slice(&answer.to(&id)),
+            }
+        }
+        for ids in self.batches.drain() {
+            self.owed_client.extend(answer.to_ids(&ids));
+        }
+        for id in self.app_requests.hung_up() {
+            self.owed_client.extend_from_slice(&answer::cancelled(&id));
+        }
+        for listen in &mut self.record.listens {
+            listen.state = match listen.state {
+                ListenState::Acked | ListenState::Resent => ListenState::Resent,
+                _ => ListenState::Unsent,
+            };
+        }
+        self.new_instance(true);
+        again
+    }
+
+    /// Whether the session so far teaches anything the next instance must
+    /// be given (an accepted `initialize`, open listens).
+    pub(super) fn has_session(&self) -> bool {
+        self.record.initialize.is_some() || self.record.too_long || !self.record.listens.is_empty()
+    }
 }
 
 /// Ids of requests the app has open with the client (`open`), and those
 /// of instances that are gone (`stale`).
 ///
 /// The app asks the client things too (elicitation, sampling, roots), under
-/// ids of its own. When it restarts with such a request open, the client's
+/// ids of its own, and both official SDKs number them from 0 in each
+/// instance. When the app restarts with such a request open, the client's
 /// answer, when it comes, belongs to the old instance: the new one would
-/// take it for the answer to its own request with the same id. So the ids
-/// of the old instance's open requests are kept as *stale*, and client
-/// replies carrying one are dropped, whole. A new instance that asks under
-/// a stale id takes it back: from then on a reply with that id is its.
+/// take it for the answer to its own request with the same id (a "Create
+/// file?" accepted as the answer to "Delete repository?"). So at a hang-up
+/// the client is told the old requests are cancelled, their ids go stale,
+/// client replies carrying one are dropped, and a new instance asking
+/// under a stale id is answered by the bridge instead of reaching the
+/// client, until the client has answered the old one.
 #[derive(Debug, Default)]
-pub(super) struct AppRequests {
+struct AppRequests {
     open: IdSet,
     stale: IdSet,
 }
@@ -137,30 +716,25 @@ pub(super) struct AppRequests {
 impl AppRequests {
     /// The app asked the client something.
     fn app_asked(&mut self, id: &[u8]) {
-        self.stale.remove(id);
         if self.open.len() < STALE_LIMIT {
             self.open.insert(id.to_vec());
         }
     }
 
-    /// The client replied to `id`: whether the reply is for a gone
-    /// instance (and is to be dropped).
-    fn client_replied(&mut self, id: &[u8]) -> bool {
+    /// The client replied to `id`.
+    fn client_replied(&mut self, id: &[u8]) {
         self.open.remove(id);
-        self.stale.remove(id)
+        self.stale.remove(id);
     }
 
-    /// Whether there are stale ids left (replies to filter out).
-    pub(super) fn any_stale(&self) -> bool {
-        !self.stale.is_empty()
-    }
-
-    /// The app instance hung up: its open requests are stale.
-    pub(super) fn hung_up(&mut self) {
-        for id in self.open.drain() {
+    /// The app instance hung up: its open requests are stale. Returns them.
+    fn hung_up(&mut self) -> Vec<Vec<u8>> {
+        let open: Vec<Vec<u8>> = self.open.drain().collect();
+        for id in &open {
             if self.stale.len() < STALE_LIMIT {
-                self.stale.insert(id);
+                self.stale.insert(id.clone());
             }
         }
+        open
     }
 }

@@ -1,0 +1,302 @@
+//! The app's side of a connection: what the app instance sends, decided
+//! line by line by the [ledger](super::ledger) before it reaches the
+//! client.
+//!
+//! Nearly every line goes on unchanged, and as it comes: the ledger
+//! decides from a line's first members ([`Ledger::app_partial`]) and the
+//! rest streams through. A line is held back only until it can be decided,
+//! and taken out only when it is not the client's: the reply to one of the
+//! bridge's own replayed requests, a second answer to a request (one the
+//! bridge answered already, or one the instance never got), or a request
+//! under an id the client may still answer for the app's previous
+//! instance. A line whose `id` only comes at its end (the TypeScript SDK
+//! writes `result` first) is decided there, if it ends within
+//! [`UNDECIDED_LIMIT`]; a longer one is passed on as it comes.
+//!
+//! Like the client's side, it works in its buffer, in place: bytes move
+//! only when a line is taken out.
+
+use std::cell::RefCell;
+
+use futures_lite::io::{AsyncRead, AsyncReadExt};
+
+use super::ledger::{Early, Ledger};
+use super::BATCH_LIMIT;
+use crate::envelope::{first_byte_after_space, Kind, Scanner};
+use crate::io::BUFFER_SIZE;
+
+/// Longest start of an app line held back undecided before it is passed on
+/// all the same.
+pub(super) const UNDECIDED_LIMIT: usize = 64 * 1024;
+
+/// The line in progress.
+#[derive(Debug)]
+struct Down {
+    /// Where it starts in the buffer (while `kept`).
+    start: usize,
+    /// Its bytes so far.
+    len: usize,
+    /// Decided before its end.
+    early: Option<Early>,
+    /// Every byte of it so far is in the buffer from `start`.
+    kept: bool,
+}
+
+impl Down {
+    fn at(start: usize) -> Down {
+        Down {
+            start,
+            len: 0,
+            early: None,
+            kept: true,
+        }
+    }
+}
+
+/// The app's side of one connection (see the [module docs](self)).
+#[derive(Debug)]
+pub(super) struct AppSide {
+    scanner: Scanner,
+    /// `buf[..end]` is data, `buf[..written]` of it went to the client.
+    buf: Vec<u8>,
+    end: usize,
+    written: usize,
+    cur: Down,
+    /// The line in progress when it is an array (a batch's answer), as far
+    /// as it is kept.
+    array: Option<Vec<u8>>,
+    /// Where each line the chunk being decided ends, and whether it goes
+    /// on (reused).
+    ended: Vec<(usize, bool)>,
+    /// Bytes the instance sent.
+    pub(super) heard: u64,
+    /// Lines it sent.
+    lines: u64,
+    /// Its first line was a refusal (an error with a `null` id): its
+    /// message.
+    pub(super) refusal: Option<String>,
+    /// What went to the client so far ends a line (or nothing went).
+    boundary: bool,
+}
+
+impl Default for AppSide {
+    fn default() -> Self {
+        AppSide {
+            scanner: Scanner::new(),
+            buf: Vec::new(),
+            end: 0,
+            written: 0,
+            cur: Down::at(0),
+            array: None,
+            ended: Vec::new(),
+            heard: 0,
+            lines: 0,
+            refusal: None,
+            boundary: true,
+        }
+    }
+}
+
+impl AppSide {
+    /// Reads one chunk from the app and decides what of it goes on: `false`
+    /// at the app's end (EOF, or a reset, which says no more).
+    pub(super) async fn read(
+        &mut self,
+        reader: &mut (impl AsyncRead + Unpin),
+        ledger: &RefCell<Ledger>,
+    ) -> std::io::Result<bool> {
+        self.compact();
+        if self.buf.len() < self.end + BUFFER_SIZE {
+            self.buf.resize(self.end + BUFFER_SIZE, 0);
+        }
+        let n = loop {
+            match reader.read(&mut self.buf[self.end..]).await {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if crate::relay::is_hangup(&e) => break 0,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        self.heard += n as u64;
+        self.take(n, &mut ledger.borrow_mut());
+        Ok(true)
+    }
+
+    fn take(&mut self, n: usize, ledger: &mut Ledger) {
+        let from = self.end;
+        let to = from + n;
+        let mut ended = std::mem::take(&mut self.ended);
+        let mut array = self.array.take();
+        if self.cur.len == 0 {
+            self.cur = Down::at(from);
+        }
+        {
+            let buf = &self.buf;
+            let cur = &self.cur;
+            let (lines, refusal) = (&mut self.lines, &mut self.refusal);
+            let mut at = from;
+            let mut first = true;
+            self.scanner.feed(&buf[from..to], |envelope| {
+                let start = if first { cur.start } else { at };
+                let end = if first {
+                    from + envelope.len as usize - cur.len
+                } else {
+                    at + envelope.len as usize
+                };
+                let early = if first { cur.early } else { None };
+                let kept_array = if first { array.take() } else { None };
+                let text = if first && !cur.kept {
+                    None
+                } else {
+                    Some(&buf[start..end])
+                };
+                *lines += 1;
+                if *lines == 1
+                    && envelope.kind == Kind::ErrorResponse
+                    && envelope.id == Some(b"null")
+                {
+                    *refusal = Some(
+                        envelope
+                            .error_message
+                            .unwrap_or("(no reason given)")
+                            .to_string(),
+                    );
+                }
+                if envelope.kind == Kind::Other {
+                    // An array: a batch's answer, which settles that batch.
+                    match kept_array {
+                        Some(mut kept) => {
+                            keep_array(&mut kept, &buf[from..end]);
+                            ledger.app_array(&kept, kept.len() < BATCH_LIMIT);
+                        }
+                        None => {
+                            if let Some(line) =
+                                text.filter(|t| first_byte_after_space(t) == Some(b'['))
+                            {
+                                ledger.app_array(line, line.len() < BATCH_LIMIT);
+                            }
+                        }
+                    }
+                }
+                let goes_on = ledger.app_line(&envelope, text.filter(|_| early.is_none()), early);
+                let goes_on = match early {
+                    Some(Early::Forward) => true,
+                    Some(Early::Drop) => false,
+                    _ => goes_on,
+                };
+                ended.push((end, goes_on));
+                at = end;
+                first = false;
+            });
+        }
+        let mut read = from;
+        for (line_end, goes_on) in ended.drain(..) {
+            self.keep(read, line_end - read);
+            read = line_end;
+            if !goes_on && self.cur.kept {
+                self.end = self.cur.start;
+            }
+            self.cur = Down::at(self.end);
+        }
+        if read < to {
+            // The line in progress: decided as soon as it can be.
+            let tail = &self.buf[read..to];
+            if self.cur.len == 0 && first_byte_after_space(tail) == Some(b'[') {
+                array = Some(Vec::new());
+            }
+            if let Some(kept) = &mut array {
+                keep_array(kept, tail);
+            }
+            self.keep(read, to - read);
+            if self.cur.early.is_none() {
+                let early = match ledger.app_partial(&self.scanner.partial()) {
+                    Early::Wait if self.cur.len > UNDECIDED_LIMIT => Early::Forward,
+                    early => early,
+                };
+                match early {
+                    Early::Wait => {}
+                    Early::Drop => {
+                        self.end = self.cur.start;
+                        self.cur.kept = false;
+                        self.cur.early = Some(Early::Drop);
+                    }
+                    Early::Forward => self.cur.early = Some(Early::Forward),
+                }
+            }
+        }
+        self.array = array;
+        self.ended = ended;
+    }
+
+    /// Adds `len` bytes at `read` to the line in progress.
+    fn keep(&mut self, read: usize, len: usize) {
+        if self.cur.len == 0 {
+            self.cur = Down::at(self.end);
+        }
+        self.cur.len += len;
+        if self.cur.early == Some(Early::Drop) {
+            return;
+        }
+        if read != self.end {
+            self.buf.copy_within(read..read + len, self.end);
+        }
+        self.end += len;
+    }
+
+    /// What may go to the client now: everything but a line in progress
+    /// still undecided.
+    pub(super) fn sendable(&self) -> &[u8] {
+        let limit = if self.cur.len > 0 && self.cur.early.is_none() {
+            self.cur.start
+        } else {
+            self.end
+        };
+        &self.buf[self.written.min(limit)..limit]
+    }
+
+    /// The client took `n` more bytes (of [`AppSide::sendable`]).
+    pub(super) fn written(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.written += n;
+        self.boundary = self.buf[self.written - 1] == b'\n';
+        if self.cur.early == Some(Early::Forward) && self.written > self.cur.start {
+            // Going out: no longer needed whole.
+            self.cur.kept = false;
+        }
+    }
+
+    /// Whether the client's stream is between lines: the bridge's own lines
+    /// may go in.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.boundary
+    }
+
+    fn compact(&mut self) {
+        let floor = if self.cur.len > 0 && self.cur.kept && self.cur.early.is_none() {
+            self.cur.start.min(self.written)
+        } else {
+            self.written.min(self.end)
+        };
+        if floor == 0 {
+            return;
+        }
+        self.buf.copy_within(floor..self.end, 0);
+        self.end -= floor;
+        self.written -= floor;
+        self.cur.start = self.cur.start.saturating_sub(floor);
+        if self.buf.len() > 4 * BUFFER_SIZE && self.end < BUFFER_SIZE {
+            self.buf.truncate(self.end + BUFFER_SIZE);
+            self.buf.shrink_to_fit();
+        }
+    }
+}
+
+fn keep_array(kept: &mut Vec<u8>, bytes: &[u8]) {
+    let room = BATCH_LIMIT.saturating_sub(kept.len());
+    kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}

@@ -1,0 +1,602 @@
+//! The client's side of the session: stdin, read in chunks and decided
+//! line by line by the [ledger](super::ledger), the same way whether the
+//! lines go to an app instance, wait for one, or are answered by the
+//! bridge.
+//!
+//! One buffer holds what the app is to get: the whole lines no instance
+//! has taken yet, then the line in progress. Online, the session writes
+//! it to the app as it comes and tells the client side how much the app
+//! took ([`ClientSide::accepted`]); only then does a line teach the ledger
+//! anything (a request is in flight once the app has it). Offline, the
+//! same buffer is what is held. So when the app goes away
+//! ([`ClientSide::hung_up`]):
+//!
+//! - a line no instance took (read just as the app died) is still here,
+//!   whole, and goes to the next instance;
+//! - the line being sent when it died is kept from its start (up to
+//!   [`HOLD_LIMIT`]) and goes whole to the next instance: none of it is
+//!   lost, and no fragment reaches anyone;
+//! - the lines still waiting are decided again (a reply to the gone
+//!   instance is taken out).
+//!
+//! Lines are whole or absent: a line that does not fit in what may be held
+//! is dropped to its last byte and its request answered, the moment its
+//! line ends.
+//!
+//! Reading and deciding happen in the buffer, in place: a chunk is scanned
+//! where it was read, and bytes move only when a line is taken out.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
+
+use futures_lite::io::{AsyncRead, AsyncReadExt};
+
+use super::answer::Answer;
+use super::ledger::{Early, Ledger, Line, Mode, Verdict, RECORDED};
+use super::HOLD_LIMIT;
+use crate::envelope::{first_byte_after_space, Scanner};
+use crate::io::BUFFER_SIZE;
+
+/// Longest start of a line kept undecided before it is passed on all the
+/// same: a client reply whose `id` comes after its `result` (as the
+/// TypeScript SDK writes them) can only be placed at its end.
+const UNDECIDED_LIMIT: usize = 64 * 1024;
+
+/// Longest line kept whole while it is relayed, so that an app that goes
+/// away in the middle of it does not cost it: the next instance gets it
+/// whole. A longer line cut by a hang-up is answered with an error. Small
+/// beside the hold limit, because every line up to it is kept until its
+/// end, and the bridge's memory is a few MiB.
+const KEEP_LIMIT: usize = 256 * 1024;
+
+/// What becomes of the line in progress, fixed when it starts.
+#[derive(Clone, Debug)]
+enum Fate {
+    /// Its bytes go to the app (now, or when one comes).
+    Relay,
+    /// The bridge answers it (there is no app); its bytes are kept only
+    /// to read a batch's ids at its end.
+    Refuse(Rc<Answer>),
+    /// It did not fit in what may be held: dropped, and answered.
+    Overflow,
+    /// The app went away while it was being sent and it was too long to
+    /// keep whole: dropped, and answered.
+    Interrupted,
+}
+
+/// A whole line in the buffer that no instance has taken yet.
+#[derive(Debug)]
+struct Held {
+    start: usize,
+    end: usize,
+    line: Line,
+}
+
+/// The line in progress.
+#[derive(Debug)]
+struct Current {
+    /// Where it starts in the buffer (meaningful while `kept`).
+    start: usize,
+    /// Its bytes so far.
+    len: usize,
+    fate: Fate,
+    /// Every byte of it so far is in the buffer from `start`.
+    kept: bool,
+    /// Decided before its end (online: it goes on as it comes, or is
+    /// taken out).
+    early: Option<Early>,
+}
+
+impl Current {
+    fn at(start: usize) -> Current {
+        Current {
+            start,
+            len: 0,
+            fate: Fate::Relay,
+            kept: true,
+            early: None,
+        }
+    }
+}
+
+/// How a read went.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Read {
+    /// Bytes came.
+    Some,
+    /// stdin ended.
+    Eof,
+}
+
+/// Answers for the lines the bridge refuses on its own: one over the hold
+/// limit, one the app cut that was too long to keep whole.
+#[derive(Debug)]
+pub(super) struct Refusals {
+    pub(super) overflow: Answer,
+    pub(super) interrupted: Answer,
+}
+
+/// The client's side (see the [module docs](self)).
+pub(super) struct ClientSide<R> {
+    stdin: R,
+    /// When stdin ended, if it has.
+    pub(super) eof: Option<Instant>,
+    scanner: Scanner,
+    /// `buf[..end]` is data; the rest is room to read into.
+    buf: Vec<u8>,
+    end: usize,
+    /// How much of the data the current instance has taken.
+    sent: usize,
+    /// The whole lines no instance has taken, in order.
+    lines: VecDeque<Held>,
+    cur: Current,
+    mode: Mode,
+    /// What requests are answered with while the mode is absent.
+    absent: Option<Rc<Answer>>,
+    refusals: Refusals,
+    /// Lines ended by the chunk being decided (reused).
+    ended: Vec<(usize, Line)>,
+    /// What the current instance took so far ends a line (or it took
+    /// nothing).
+    boundary: bool,
+}
+
+impl<R: AsyncRead + Unpin> ClientSide<R> {
+    pub(super) fn new(stdin: R, refusals: Refusals) -> ClientSide<R> {
+        ClientSide {
+            stdin,
+            eof: None,
+            scanner: Scanner::recording(RECORDED),
+            buf: Vec::new(),
+            end: 0,
+            sent: 0,
+            lines: VecDeque::new(),
+            cur: Current::at(0),
+            mode: Mode::Holding,
+            absent: None,
+            refusals,
+            ended: Vec::new(),
+            boundary: true,
+        }
+    }
+
+    /// Reads one chunk of stdin and decides every line it ends.
+    pub(super) async fn read(&mut self, ledger: &RefCell<Ledger>) -> std::io::Result<Read> {
+        self.compact();
+        if self.buf.len() < self.end + BUFFER_SIZE {
+            self.buf.resize(self.end + BUFFER_SIZE, 0);
+        }
+        let n = loop {
+            match self.stdin.read(&mut self.buf[self.end..]).await {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let mut ledger = ledger.borrow_mut();
+        if n == 0 {
+            self.eof = Some(Instant::now());
+            // A last line without its `\n` is still a line.
+            let mut last = None;
+            self.scanner
+                .finish(|envelope| last = Some(Line::of(&envelope, None)));
+            if let Some(line) = last {
+                self.line_ended(line, &mut ledger);
+            }
+            return Ok(Read::Eof);
+        }
+        self.take(n, &mut ledger);
+        Ok(Read::Some)
+    }
+
+    /// Decides the `n` bytes just read at `end`.
+    fn take(&mut self, n: usize, ledger: &mut Ledger) {
+        let from = self.end;
+        let to = from + n;
+        let mut ended = std::mem::take(&mut self.ended);
+        {
+            // Where each line the chunk ends ends (in the chunk as read),
+            // and what it is.
+            let buf = &self.buf;
+            let (cur_start, cur_len, cur_kept) = (self.cur.start, self.cur.len, self.cur.kept);
+            let mut at = from;
+            self.scanner.feed(&buf[from..to], |envelope| {
+                let first = at == from;
+                let whole = envelope.len as usize;
+                let (start, end) = if first {
+                    (cur_start, from + whole - cur_len)
+                } else {
+                    (at, at + whole)
+                };
+                let array = if first && !cur_kept {
+                    None
+                } else {
+                    Some(&buf[start..end]).filter(|t| first_byte_after_space(t) == Some(b'['))
+                };
+                ended.push((end, Line::of(&envelope, array)));
+                at = end;
+            });
+        }
+        // Bytes move left only past a line taken out: `self.end` (where
+        // kept bytes go) trails `read`.
+        let mut read = from;
+        for (line_end, line) in ended.drain(..) {
+            self.keep(read, line_end - read);
+            read = line_end;
+            self.line_ended(line, ledger);
+        }
+        if read < to {
+            self.keep(read, to - read);
+            self.decide_early(ledger);
+        }
+        self.ended = ended;
+    }
+
+    /// Adds the `len` bytes at `read` to the line in progress, moved to the
+    /// end of the data when they are kept.
+    fn keep(&mut self, read: usize, len: usize) {
+        if self.cur.len == 0 {
+            self.start_line();
+        }
+        self.cur.len += len;
+        let goes_in = match self.cur.fate {
+            // Online, a line too long to keep whole still goes through.
+            Fate::Relay => {
+                self.cur.early != Some(Early::Drop) && (self.cur.kept || self.mode == Mode::Online)
+            }
+            Fate::Refuse(_) => self.cur.kept,
+            Fate::Overflow | Fate::Interrupted => false,
+        };
+        if !goes_in {
+            return;
+        }
+        if read != self.end {
+            self.buf.copy_within(read..read + len, self.end);
+        }
+        self.end += len;
+        let line = self.end - self.cur.start;
+        match self.cur.fate {
+            // Held: all that is held must fit.
+            Fate::Relay if self.mode != Mode::Online && self.end - self.sent > HOLD_LIMIT => {
+                self.end = self.cur.start;
+                self.cur.kept = false;
+                self.cur.fate = Fate::Overflow;
+            }
+            // Relayed as it comes; only no longer whole here (a hang-up in
+            // it can no longer be repaired).
+            Fate::Relay if self.mode == Mode::Online && line > KEEP_LIMIT => self.cur.kept = false,
+            Fate::Refuse(_) if line > HOLD_LIMIT => {
+                self.end = self.cur.start;
+                self.cur.kept = false;
+            }
+            _ => {}
+        }
+    }
+
+    fn start_line(&mut self) {
+        self.cur = Current::at(self.end);
+        if let (Mode::Absent, Some(answer)) = (self.mode, &self.absent) {
+            self.cur.fate = Fate::Refuse(Rc::clone(answer));
+        }
+    }
+
+    /// Online, the line in progress may be decided from its first members,
+    /// so that it is relayed as it comes (or taken out).
+    fn decide_early(&mut self, ledger: &mut Ledger) {
+        if self.mode != Mode::Online
+            || !matches!(self.cur.fate, Fate::Relay)
+            || self.cur.early.is_some()
+        {
+            return;
+        }
+        let partial = self.scanner.partial();
+        let early = if !ledger.may_drop_client_lines()
+            || partial.other
+            || (partial.method && !partial.answer)
+        {
+            Early::Forward
+        } else if partial.answer {
+            match partial.id {
+                Some(id) => {
+                    let line = Line::Reply(id.to_vec());
+                    match ledger.decide(&line, Mode::Online) {
+                        Verdict::Drop => Early::Drop,
+                        _ => Early::Forward,
+                    }
+                }
+                None => Early::Wait,
+            }
+        } else {
+            Early::Wait
+        };
+        let early = match early {
+            Early::Wait if self.cur.len > UNDECIDED_LIMIT => Early::Forward,
+            other => other,
+        };
+        match early {
+            Early::Wait => {}
+            Early::Drop => {
+                self.end = self.cur.start;
+                self.cur.kept = false;
+                self.cur.early = Some(Early::Drop);
+            }
+            Early::Forward => self.cur.early = Some(Early::Forward),
+        }
+    }
+
+    /// The line in progress ended (its kept bytes end at `self.end`).
+    fn line_ended(&mut self, line: Line, ledger: &mut Ledger) {
+        let cur = std::mem::replace(&mut self.cur, Current::at(self.end));
+        let start = if cur.kept { cur.start } else { self.end };
+        match cur.fate {
+            Fate::Overflow => ledger.refused(&line, &self.refusals.overflow),
+            Fate::Interrupted => ledger.refused(&line, &self.refusals.interrupted),
+            Fate::Refuse(answer) => {
+                if ledger.decide(&line, Mode::Absent) == Verdict::Refuse {
+                    ledger.refused(&line, &answer);
+                }
+                self.end = start;
+            }
+            Fate::Relay if cur.early == Some(Early::Drop) => {}
+            Fate::Relay => {
+                let verdict = ledger.decide(&line, self.mode);
+                if verdict == Verdict::Forward || cur.early == Some(Early::Forward) {
+                    self.lines.push_back(Held {
+                        start,
+                        end: self.end,
+                        line,
+                    });
+                } else {
+                    // Undecided until now, so none of it was sent.
+                    self.end = start;
+                }
+            }
+        }
+        self.cur.start = self.end;
+    }
+
+    /// What may go to the app now: the whole lines, and the line in
+    /// progress once it is known to go on.
+    pub(super) fn sendable(&self) -> &[u8] {
+        let flowing =
+            matches!(self.cur.fate, Fate::Relay) && self.cur.early == Some(Early::Forward);
+        let limit = if self.cur.len > 0 && !flowing {
+            self.cur.start.min(self.end)
+        } else {
+            self.end
+        };
+        &self.buf[self.sent.min(limit)..limit]
+    }
+
+    /// Whether a line boundary is where the app's stream is: the bridge's
+    /// own lines may go in.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.boundary
+    }
+
+    /// The current instance took `n` more bytes (of
+    /// [`ClientSide::sendable`]): lines it took whole teach the ledger now.
+    pub(super) fn accepted(&mut self, n: usize, ledger: &RefCell<Ledger>) {
+        if n == 0 {
+            return;
+        }
+        self.sent += n;
+        self.boundary = self.buf[self.sent - 1] == b'\n';
+        let mut ledger = ledger.borrow_mut();
+        while self
+            .lines
+            .front()
+            .map_or(false, |held| held.end <= self.sent)
+        {
+            let held = self.lines.pop_front().expect("just seen");
+            ledger.sent(held.line);
+        }
+    }
+
+    /// Drops the data no instance needs any more (taken whole), so the
+    /// buffer holds only what may still be sent.
+    fn compact(&mut self) {
+        let floor = match self.lines.front() {
+            Some(held) => held.start.min(self.sent),
+            None if self.cur.len > 0 && self.cur.kept => self.cur.start.min(self.sent),
+            None => self.sent.min(self.end),
+        };
+        if floor == 0 {
+            return;
+        }
+        self.buf.copy_within(floor..self.end, 0);
+        self.end -= floor;
+        self.sent -= floor;
+        self.cur.start = self.cur.start.saturating_sub(floor);
+        for held in &mut self.lines {
+            held.start -= floor;
+            held.end -= floor;
+        }
+        // A long held line leaves no big buffer behind.
+        if self.buf.len() > 4 * BUFFER_SIZE && self.end < BUFFER_SIZE {
+            self.buf.truncate(self.end + BUFFER_SIZE);
+            self.buf.shrink_to_fit();
+        }
+    }
+
+    /// The session relays to an instance: what is here is for it.
+    pub(super) fn go_online(&mut self, ledger: &mut Ledger) {
+        self.mode = Mode::Online;
+        self.absent = None;
+        if self.cur.len > 0 {
+            self.decide_early(ledger);
+        }
+    }
+
+    /// The instance went away, or never took the session: what it did not
+    /// take whole is held for the next one, with `again` (requests in
+    /// flight that may be sent again) first; what is held is decided again.
+    pub(super) fn hung_up(&mut self, again: Vec<Line>, ledger: &mut Ledger) {
+        self.mode = Mode::Holding;
+        let mut buf = Vec::with_capacity(self.end + BUFFER_SIZE);
+        let mut lines = VecDeque::new();
+        for line in again {
+            if let Line::Request {
+                text: Some(text), ..
+            } = &line
+            {
+                let start = buf.len();
+                buf.extend_from_slice(&text.line);
+                if text.line.last() != Some(&b'\n') {
+                    buf.push(b'\n');
+                }
+                lines.push_back(Held {
+                    start,
+                    end: buf.len(),
+                    line,
+                });
+            }
+        }
+        for held in std::mem::take(&mut self.lines) {
+            if ledger.decide(&held.line, Mode::Holding) != Verdict::Forward {
+                continue;
+            }
+            let start = buf.len();
+            buf.extend_from_slice(&self.buf[held.start..held.end]);
+            lines.push_back(Held {
+                start,
+                end: buf.len(),
+                line: held.line,
+            });
+        }
+        if self.cur.len > 0 {
+            if self.cur.kept {
+                let start = buf.len();
+                buf.extend_from_slice(&self.buf[self.cur.start..self.end]);
+                self.cur.start = start;
+                // Decided again at its end, for the next instance.
+                self.cur.early = None;
+            } else if matches!(self.cur.fate, Fate::Relay) {
+                // Part of it went to the instance that left, the rest
+                // cannot follow it anywhere.
+                self.cur.fate = Fate::Interrupted;
+                self.cur.start = buf.len();
+            }
+        } else {
+            self.cur.start = buf.len();
+        }
+        self.end = buf.len();
+        buf.resize(self.end + BUFFER_SIZE, 0);
+        self.buf = buf;
+        self.sent = 0;
+        self.boundary = true;
+        self.lines = lines;
+    }
+
+    /// No app: every request held and to come is answered with `answer`
+    /// (a request the client cancelled meanwhile is not).
+    pub(super) fn go_absent(&mut self, answer: Rc<Answer>, ledger: &mut Ledger) {
+        let held: Vec<Held> = self.lines.drain(..).collect();
+        let cancelled: Vec<Vec<u8>> = held
+            .iter()
+            .filter_map(|h| h.line.cancels().map(<[u8]>::to_vec))
+            .collect();
+        for h in &held {
+            let is_cancelled = match &h.line {
+                Line::Request { id: Some(id), .. } => cancelled.iter().any(|c| c == id),
+                _ => false,
+            };
+            if !is_cancelled && ledger.decide(&h.line, Mode::Absent) == Verdict::Refuse {
+                ledger.refused(&h.line, &answer);
+            }
+        }
+        if self.cur.len > 0 {
+            if matches!(self.cur.fate, Fate::Relay) {
+                self.cur.fate = Fate::Refuse(Rc::clone(&answer));
+            }
+            if self.cur.kept {
+                self.buf.copy_within(self.cur.start..self.end, 0);
+                self.end -= self.cur.start;
+            } else {
+                self.end = 0;
+            }
+        } else {
+            self.end = 0;
+        }
+        self.cur.start = 0;
+        self.sent = 0;
+        self.mode = Mode::Absent;
+        self.absent = Some(answer);
+    }
+
+    /// Whether anything held awaits an answer (worth waiting for the app
+    /// after stdin ended).
+    pub(super) fn holds_requests(&self) -> bool {
+        self.lines.iter().any(|h| h.line.asks())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bridge::answer::Reason;
+    use futures_lite::io::Cursor;
+    use std::path::Path;
+
+    fn side(input: &[u8]) -> ClientSide<Cursor<Vec<u8>>> {
+        let answer = |r| Answer::new(r, "x", Path::new("/e"));
+        ClientSide::new(
+            Cursor::new(input.to_vec()),
+            Refusals {
+                overflow: answer(Reason::HoldLimit),
+                interrupted: answer(Reason::AppRestarting),
+            },
+        )
+    }
+
+    #[test]
+    fn held_lines_are_kept_whole_and_sent_in_order() {
+        let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}\n{\"method\":\"n\"}\n{\"id\":2,\"method\":\"x\"";
+        for size in [1, 2, 3, 7, input.len()] {
+            let ledger = RefCell::new(Ledger::default());
+            let mut client = side(b"");
+            for chunk in input.chunks(size) {
+                client.stdin = Cursor::new(chunk.to_vec());
+                smol::block_on(client.read(&ledger)).unwrap();
+            }
+            // Held: the whole lines; the one in progress waits for its end.
+            let whole = input.len() - b"{\"id\":2,\"method\":\"x\"".len();
+            assert_eq!(client.sendable(), &input[..whole]);
+            assert!(client.holds_requests());
+            // Online, a request goes on as it comes.
+            client.go_online(&mut ledger.borrow_mut());
+            assert_eq!(client.sendable(), &input[..]);
+            let n = client.sendable().len();
+            client.accepted(n, &ledger);
+            assert_eq!(ledger.borrow().pending.len(), 1, "chunks of {}", size);
+        }
+    }
+
+    #[test]
+    fn a_line_the_app_did_not_take_whole_is_held_again_from_its_start() {
+        let ledger = RefCell::new(Ledger::default());
+        let first = b"{\"id\":1,\"method\":\"tools/call\"}\n";
+        let mut client = side(b"{\"id\":1,\"method\":\"tools/call\"}\n{\"id\":2,\"method\":\"to");
+        client.go_online(&mut ledger.borrow_mut());
+        while smol::block_on(client.read(&ledger)).unwrap() == Read::Some {
+            if client.sendable().len() > first.len() {
+                break;
+            }
+        }
+        let sendable = client.sendable().to_vec();
+        assert!(sendable.len() > first.len() + 4, "{:?}", sendable);
+        // The app took the first line and part of the second, then died.
+        client.accepted(first.len() + 4, &ledger);
+        let mut ledger = ledger.into_inner();
+        assert_eq!(ledger.pending.len(), 1);
+        let answer = Answer::new(Reason::AppRestarting, "gone", Path::new("/e"));
+        let again = ledger.hung_up(&answer);
+        client.hung_up(again, &mut ledger);
+        client.go_online(&mut ledger);
+        assert_eq!(client.sendable(), &sendable[first.len()..]);
+        // The request in flight is answered, not sent again.
+        assert!(String::from_utf8_lossy(&ledger.owed_client).contains("\"id\":1"));
+    }
+}

@@ -1,0 +1,279 @@
+//! What a hang-up means: a restart to carry the session over, a crash
+//! loop, or a refusal; and the bounds of waiting for the app.
+//!
+//! The rules (docs/bridge.md has them for users):
+//!
+//! - An instance **served** if it answered one of the client's requests, or
+//!   kept the connection for [`STAYED_UP`]. A hang-up of one that served
+//!   starts an **outage**, whose deadline is `--reconnect-timeout` from
+//!   that hang-up. The outage ends when an instance serves again; instances
+//!   that take the session back and hang up before serving belong to it.
+//! - More than [`CRASH_LOOP_LIMIT`] instances in a row that hang up before
+//!   serving are a **crash loop**. An app that restarts often but serves in
+//!   between (a hot reload every few seconds) is never one.
+//! - A **refusal**: the instance's first line is an error with a `null` id
+//!   (a refusal line); or the session's first connection is closed with
+//!   nothing said and nothing asked; or the same process closes the
+//!   connection without a word [`SILENT_LIMIT`] times in a row. "The same
+//!   process" is told by the endpoint itself ([`Instance`]): a dying
+//!   listener is the process that hung up, a new instance is another.
+//! - Pauses between attempts start at [`FIRST_PAUSE`] (so the bridge does
+//!   not land in the dying app's listen backlog) and double up to
+//!   [`PAUSE_CAP`]; every one ends by the deadline.
+
+use std::time::{Duration, Instant};
+
+/// How long a resumed instance must keep the connection, when it answers
+/// nothing, to count as serving.
+pub const STAYED_UP: Duration = Duration::from_secs(2);
+
+/// The pause before the first attempt after a hang-up: long enough for a
+/// dying app to close its listening socket, short enough to go unnoticed.
+pub const FIRST_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause between two attempts in an outage.
+pub const PAUSE_CAP: Duration = Duration::from_secs(1);
+
+/// More instances in a row than this that hang up before serving are a
+/// crash loop.
+pub const CRASH_LOOP_LIMIT: usize = 5;
+
+/// The same process closing the connection without a word this many times
+/// in a row is refusing the client.
+pub const SILENT_LIMIT: usize = 3;
+
+/// How often the bridge looks for an app that is not there (connect fails
+/// at once, so each look costs a system call or two).
+pub const LOOK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Who is behind the endpoint: an identity of the serving process (its
+/// pid, and on Unix the socket file), `None` when the platform cannot say.
+pub(super) type Instance = Option<u64>;
+
+/// The bounds the session works within: the constants above, smaller in
+/// the session's tests.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    /// How long the same process (a dying listener, most likely) has to
+    /// answer the replayed `initialize`; a new instance has until the
+    /// deadline.
+    pub(super) reply_timeout: Duration,
+    pub(super) stayed_up: Duration,
+    pub(super) first_pause: Duration,
+    pub(super) pause_cap: Duration,
+    pub(super) crash_loop_limit: usize,
+    pub(super) silent_limit: usize,
+    pub(super) look_interval: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            reply_timeout: super::RESUME_REPLY_TIMEOUT,
+            stayed_up: STAYED_UP,
+            first_pause: FIRST_PAUSE,
+            pause_cap: PAUSE_CAP,
+            crash_loop_limit: CRASH_LOOP_LIMIT,
+            silent_limit: SILENT_LIMIT,
+            look_interval: LOOK_INTERVAL,
+        }
+    }
+}
+
+/// An app outage: from a hang-up until an instance serves again.
+#[derive(Debug)]
+pub(super) struct Outage {
+    /// When it fails.
+    pub(super) deadline: Instant,
+    /// The next pause before an attempt.
+    pause: Duration,
+    /// Why the last attempt failed.
+    pub(super) last_failure: Option<String>,
+    /// The instance that hung up.
+    pub(super) gone: Instance,
+}
+
+impl Outage {
+    pub(super) fn new(deadline: Instant, gone: Instance, bounds: &Bounds) -> Outage {
+        Outage {
+            deadline,
+            pause: bounds.first_pause,
+            last_failure: None,
+            gone,
+        }
+    }
+
+    /// The pause before the next attempt (never past the deadline); the
+    /// one after it is longer.
+    pub(super) fn next_pause(&mut self, bounds: &Bounds) -> Duration {
+        let now = Instant::now();
+        let pause = self.pause.min(self.deadline.saturating_duration_since(now));
+        self.pause = (self.pause * 2).min(bounds.pause_cap);
+        pause
+    }
+
+    /// How long an instance reached in this outage has to answer the
+    /// replayed `initialize`: the rest of the outage when it is a new
+    /// instance, a few seconds when it is the one that hung up.
+    pub(super) fn patience(&self, reached: Instance, bounds: &Bounds) -> Instant {
+        let until_deadline = self.deadline;
+        if reached.is_some() && reached != self.gone {
+            until_deadline
+        } else {
+            until_deadline.min(Instant::now() + bounds.reply_timeout)
+        }
+    }
+}
+
+/// What one connection to an instance showed, once it hung up.
+#[derive(Debug)]
+pub(super) struct Ended {
+    pub(super) instance: Instance,
+    /// It answered a client request.
+    pub(super) answered: bool,
+    /// How long it kept the connection.
+    pub(super) lasted: Duration,
+    /// Bytes it sent.
+    pub(super) heard: u64,
+    /// Its refusal line's message, if its first line was one.
+    pub(super) refusal: Option<String>,
+    /// Whether anything of the client's was in flight with it.
+    pub(super) asked: bool,
+}
+
+/// What a hang-up is.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Meaning {
+    /// An app restarting: carry the session over. `new`: an outage starts
+    /// now (the instance had served, or it is the first).
+    Restart { new: bool },
+    /// Instances keep dying before they serve.
+    CrashLoop(usize),
+    /// The app turns this client away (its reason, if it gave one).
+    Refused(Option<String>),
+}
+
+/// The instances the session went through, for telling restarts from
+/// crash loops and refusals.
+#[derive(Debug, Default)]
+pub(super) struct History {
+    /// Instances in a row that hung up before serving.
+    failed: usize,
+    /// Times in a row the same process closed without a word, and which.
+    silent: usize,
+    last_silent: Instance,
+    /// Connections so far.
+    connections: usize,
+}
+
+impl History {
+    /// Judges a hang-up (see the [module docs](self)).
+    pub(super) fn hung_up(&mut self, ended: &Ended, bounds: &Bounds) -> Meaning {
+        self.connections += 1;
+        if let Some(reason) = &ended.refusal {
+            return Meaning::Refused(Some(reason.clone()));
+        }
+        if self.connections == 1 && ended.heard == 0 && !ended.asked {
+            return Meaning::Refused(None);
+        }
+        let served = ended.answered || ended.lasted >= bounds.stayed_up;
+        if served {
+            self.failed = 0;
+            self.silent = 0;
+            return Meaning::Restart { new: true };
+        }
+        self.failed += 1;
+        if ended.heard == 0 {
+            if ended.instance.is_some() && ended.instance == self.last_silent {
+                self.silent += 1;
+            } else {
+                self.silent = 1;
+            }
+            self.last_silent = ended.instance;
+        } else {
+            self.silent = 0;
+        }
+        if ended.instance.is_some() && self.silent >= bounds.silent_limit {
+            return Meaning::Refused(None);
+        }
+        if self.failed > bounds.crash_loop_limit {
+            return Meaning::CrashLoop(self.failed);
+        }
+        Meaning::Restart {
+            new: self.connections == 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(instance: u64, answered: bool, lasted_ms: u64, heard: u64) -> Ended {
+        Ended {
+            instance: Some(instance),
+            answered,
+            lasted: Duration::from_millis(lasted_ms),
+            heard,
+            refusal: None,
+            asked: true,
+        }
+    }
+
+    #[test]
+    fn a_hot_reload_is_never_a_crash_loop() {
+        let (mut history, bounds) = (History::default(), Bounds::default());
+        for n in 0..1000 {
+            let meaning = history.hung_up(&ended(n, true, 3000, 100), &bounds);
+            assert_eq!(meaning, Meaning::Restart { new: true });
+        }
+    }
+
+    #[test]
+    fn instances_that_die_before_they_serve_are_a_crash_loop() {
+        let (mut history, bounds) = (History::default(), Bounds::default());
+        history.hung_up(&ended(0, true, 10, 100), &bounds);
+        for n in 1..=CRASH_LOOP_LIMIT as u64 {
+            let meaning = history.hung_up(&ended(n, false, 10, 50), &bounds);
+            assert_eq!(meaning, Meaning::Restart { new: false }, "{}", n);
+        }
+        let meaning = history.hung_up(&ended(99, false, 10, 50), &bounds);
+        assert_eq!(meaning, Meaning::CrashLoop(CRASH_LOOP_LIMIT + 1));
+    }
+
+    #[test]
+    fn the_same_process_closing_without_a_word_is_a_refusal() {
+        let (mut history, bounds) = (History::default(), Bounds::default());
+        // The first connection died with the client's first request in
+        // flight: a restart, as far as one can tell.
+        assert_eq!(
+            history.hung_up(&ended(7, false, 5, 0), &bounds),
+            Meaning::Restart { new: true }
+        );
+        assert_eq!(
+            history.hung_up(&ended(7, false, 5, 0), &bounds),
+            Meaning::Restart { new: false }
+        );
+        assert_eq!(
+            history.hung_up(&ended(7, false, 5, 0), &bounds),
+            Meaning::Refused(None)
+        );
+        // A new process after a silent one is a restart.
+        let mut history = History::default();
+        history.hung_up(&ended(7, false, 5, 0), &bounds);
+        assert_eq!(
+            history.hung_up(&ended(8, false, 5, 0), &bounds),
+            Meaning::Restart { new: false }
+        );
+    }
+
+    #[test]
+    fn a_new_instance_has_until_the_deadline_the_dying_one_a_few_seconds() {
+        let bounds = Bounds::default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let outage = Outage::new(deadline, Some(1), &bounds);
+        assert_eq!(outage.patience(Some(2), &bounds), deadline);
+        assert!(outage.patience(Some(1), &bounds) < deadline - Duration::from_secs(20));
+        assert!(outage.patience(None, &bounds) < deadline - Duration::from_secs(20));
+    }
+}
