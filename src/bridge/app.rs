@@ -65,9 +65,14 @@ pub(super) struct AppSide {
     /// The line in progress when it is an array (a batch's answer), as far
     /// as it is kept.
     array: Option<Vec<u8>>,
-    /// Where each line the chunk being decided ends, and whether it goes
-    /// on (reused).
-    ended: Vec<(usize, bool)>,
+    /// Where each line the chunk being decided ends, whether it goes on,
+    /// and where the lines the bridge owes the client because of it end in
+    /// the ledger's queue (reused).
+    ended: Vec<(usize, bool, usize)>,
+    /// The bridge's lines that follow a line of the app's (a tagged
+    /// `list_changed` after an acknowledgement): where in the data they go,
+    /// and the lines.
+    after: std::collections::VecDeque<(usize, Vec<u8>)>,
     /// Bytes the instance sent.
     pub(super) heard: u64,
     /// Lines it sent.
@@ -89,6 +94,7 @@ impl Default for AppSide {
             cur: Down::at(0),
             array: None,
             ended: Vec::new(),
+            after: std::collections::VecDeque::new(),
             heard: 0,
             lines: 0,
             refusal: None,
@@ -130,6 +136,9 @@ impl AppSide {
         let to = from + n;
         let mut ended = std::mem::take(&mut self.ended);
         let mut array = self.array.take();
+        // What the bridge owed the client before this chunk goes first; what
+        // a line of it makes the bridge owe goes after that line.
+        let owed_before = ledger.owed_client.len();
         if self.cur.len == 0 {
             self.cur = Down::at(from);
         }
@@ -187,20 +196,32 @@ impl AppSide {
                     Some(Early::Drop) => false,
                     _ => goes_on,
                 };
-                ended.push((end, goes_on));
+                ended.push((end, goes_on, ledger.owed_client.len()));
                 at = end;
                 first = false;
             });
         }
         let mut read = from;
-        for (line_end, goes_on) in ended.drain(..) {
+        let mut owed = ledger.owed_client.split_off(owed_before);
+        let mut owed_from = 0;
+        for (line_end, goes_on, owed_to) in ended.drain(..) {
             self.keep(read, line_end - read);
             read = line_end;
             if !goes_on && self.cur.kept {
                 self.end = self.cur.start;
             }
             self.cur = Down::at(self.end);
+            let owed_to = owed_to - owed_before;
+            if owed_to > owed_from {
+                let lines = owed[owed_from..owed_to].to_vec();
+                self.after.push_back((self.end, lines));
+                owed_from = owed_to;
+            }
         }
+        // Owed by the line in progress (none, as its end is not seen): kept
+        // for the next boundary.
+        let rest = owed.split_off(owed_from);
+        ledger.owed_client.extend_from_slice(&rest);
         if read < to {
             // The line in progress: decided as soon as it can be.
             let tail = &self.buf[read..to];
@@ -247,14 +268,26 @@ impl AppSide {
     }
 
     /// What may go to the client now: everything but a line in progress
-    /// still undecided.
+    /// still undecided, up to where the bridge's own lines go in.
     pub(super) fn sendable(&self) -> &[u8] {
-        let limit = if self.cur.len > 0 && self.cur.early.is_none() {
+        let mut limit = if self.cur.len > 0 && self.cur.early.is_none() {
             self.cur.start
         } else {
             self.end
         };
+        if let Some((at, _)) = self.after.front() {
+            limit = limit.min(*at);
+        }
         &self.buf[self.written.min(limit)..limit]
+    }
+
+    /// The bridge's lines due where the client's stream is now (after the
+    /// app's line they follow), if any.
+    pub(super) fn due(&mut self) -> Option<Vec<u8>> {
+        match self.after.front() {
+            Some((at, _)) if *at <= self.written => self.after.pop_front().map(|(_, lines)| lines),
+            _ => None,
+        }
     }
 
     /// The client took `n` more bytes (of [`AppSide::sendable`]).
@@ -289,6 +322,9 @@ impl AppSide {
         self.end -= floor;
         self.written -= floor;
         self.cur.start = self.cur.start.saturating_sub(floor);
+        for (at, _) in &mut self.after {
+            *at = at.saturating_sub(floor);
+        }
         if self.buf.len() > 4 * BUFFER_SIZE && self.end < BUFFER_SIZE {
             self.buf.truncate(self.end + BUFFER_SIZE);
             self.buf.shrink_to_fit();

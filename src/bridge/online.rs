@@ -311,6 +311,10 @@ where
         // The bridge's lines first: they arose before what was just read.
         write_owed(app, stdout, ledger, log).await?;
         loop {
+            if let Some(lines) = app.due() {
+                write_lines(stdout, &lines, log).await?;
+                continue;
+            }
             let sendable = app.sendable();
             if sendable.is_empty() {
                 break;
@@ -373,13 +377,22 @@ async fn write_owed<W: AsyncWrite + Unpin>(
         return Ok(());
     }
     let owed = std::mem::take(&mut ledger.borrow_mut().owed_client);
-    if owed.is_empty() {
+    write_lines(stdout, &owed, log).await
+}
+
+/// Writes lines of the bridge's own to the client.
+async fn write_lines<W: AsyncWrite + Unpin>(
+    stdout: &mut W,
+    lines: &[u8],
+    log: Option<&TrafficLog>,
+) -> Result<(), BridgeError> {
+    if lines.is_empty() {
         return Ok(());
     }
     if let Some(log) = log {
-        log_lines(log, "bridge->cli", &owed);
+        log_lines(log, "bridge->cli", lines);
     }
-    match stdout.write_all(&owed).await {
+    match stdout.write_all(lines).await {
         Ok(()) => Ok(()),
         // The session sees stdout gone at its next write, or its watcher.
         Err(e) if is_hangup(&e) => Ok(()),

@@ -235,9 +235,9 @@ where
             instance,
         } = connected;
         let resumed = outage.is_some() || self.reached || self.io.ledger.borrow().has_session();
-        if !self.reached {
-            self.reached = true;
-        }
+        self.reached = true;
+        // There is an app: the cache answers for it no longer.
+        self.io.ledger.borrow_mut().app_absent = false;
         let (preamble, taking_back) = resume::start(&mut self.io.ledger.borrow_mut(), resumed);
         let patience = match &outage {
             Some(outage) => outage.patience(instance, &self.bounds),
@@ -480,7 +480,6 @@ where
                             self.config.endpoint.display()
                         ),
                     );
-                    self.io.ledger.borrow_mut().app_absent = false;
                     return Ok(Phase::Online(connected, None));
                 }
                 Held::Done(Err(e)) if heals(&e) && !absence.refused => {}
