@@ -1,7 +1,9 @@
 // The command loop every Node client here runs: the driver (driver.mjs)
 // writes one JSON command per line on stdin, {"id":N,"session":S,"op":…},
 // and gets one JSON answer per command on stdout, {"id":N,"ok":true,…} or
-// {"id":N,"ok":false,"error":{code,message,data}}, plus events
+// {"id":N,"ok":false,"error":{code,message,data}}, each with "ms", how long
+// the command took from its receipt (so a busy driver does not count), plus
+// events
 // {"session":S,"event":"list_changed"|"listen_closed",…} as they happen.
 // Commands run concurrently (a held request must not block the next one),
 // and one client process serves many sessions, each its own bridge, as a CLI
@@ -22,11 +24,10 @@ export function runClient(open) {
   const handle = async (command) => {
     const { session: name, op } = command;
     if (op === "connect") {
-      const started = Date.now();
       const session = await open(command, (event) => write({ session: name, ...event }));
       sessions.set(name, session);
       const { era, version, toolsListChanged } = session;
-      return { era, version, toolsListChanged, ms: Date.now() - started };
+      return { era, version, toolsListChanged };
     }
     const session = sessions.get(name);
     if (!session) throw new Error(`no session ${name}`);
@@ -47,9 +48,10 @@ export function runClient(open) {
     } catch {
       return;
     }
+    const started = Date.now();
     handle(command).then(
-      (result) => write({ id: command.id, ok: true, ...result }),
-      (e) => write({ id: command.id, ok: false, error: errorOf(e) }),
+      (result) => write({ id: command.id, ok: true, ...result, ms: Date.now() - started }),
+      (e) => write({ id: command.id, ok: false, error: errorOf(e), ms: Date.now() - started }),
     );
   });
   process.stdin.on("end", async () => {

@@ -3,10 +3,12 @@
 The driver (driver.mjs) writes one JSON command per line on stdin,
 {"id":N,"session":S,"op":...}, and gets one JSON answer per command on
 stdout, {"id":N,"ok":true,...} or {"id":N,"ok":false,"error":{code,message,
-data}}, plus events {"session":S,"event":"list_changed"|"listen_closed",...}
-as they happen. Commands run concurrently (a held request must not block the
-next one), and one client process serves many sessions, each its own bridge,
-as a CLI runs many MCP servers: the SDK is imported once per run.
+data}}, each with "ms", how long the command took from its receipt (so a busy
+driver does not count), plus events {"session":S,"event":"list_changed"|
+"listen_closed",...} as they happen. Commands run concurrently (a held
+request must not block the next one), and one client process serves many
+sessions, each its own bridge, as a CLI runs many MCP servers: the SDK is
+imported once per run.
 
 An SDK line provides `open_session(command, emit)`: an async context manager
 that connects one session and yields an object with `era`, `version`,
@@ -71,6 +73,11 @@ def bridge_errlog(command: dict[str, Any]):
     return open(command["stderr"], "a")
 
 
+def since(started: float) -> int:
+    """Milliseconds since `started` (anyio's clock)."""
+    return round((anyio.current_time() - started) * 1000)
+
+
 def run_client(open_session: Callable[..., Any]) -> None:
     anyio.run(_loop, open_session)
 
@@ -80,11 +87,10 @@ async def _loop(open_session: Callable[..., Any]) -> None:
     closers: dict[str, anyio.Event] = {}
     closed: dict[str, anyio.Event] = {}
 
-    async def hold(command: dict[str, Any], connected: Callable[[Any], None]) -> None:
+    async def hold(command: dict[str, Any], started: float, connected: Callable[[Any], None]) -> None:
         name = command["session"]
         closers[name] = anyio.Event()
         closed[name] = anyio.Event()
-        started = anyio.current_time()
         try:
             async with open_session(command, lambda event: say({"session": name, **event})) as session:
                 sessions[name] = session
@@ -96,7 +102,7 @@ async def _loop(open_session: Callable[..., Any]) -> None:
                         "era": session.era,
                         "version": session.version,
                         "toolsListChanged": session.tools_list_changed,
-                        "ms": round((anyio.current_time() - started) * 1000),
+                        "ms": since(started),
                     }
                 )
                 await closers[name].wait()
@@ -110,6 +116,7 @@ async def _loop(open_session: Callable[..., Any]) -> None:
 
     async def run(command: dict[str, Any], tasks: anyio.abc.TaskGroup) -> None:
         name, op = command.get("session"), command.get("op")
+        started = anyio.current_time()
         try:
             if op == "connect":
                 outcome: list[BaseException | None] = []
@@ -120,7 +127,7 @@ async def _loop(open_session: Callable[..., Any]) -> None:
                         outcome.append(e)
                         done.set()
 
-                tasks.start_soon(hold, command, connected)
+                tasks.start_soon(hold, command, started, connected)
                 await done.wait()
                 if outcome[0] is not None:
                     raise outcome[0]
@@ -140,9 +147,9 @@ async def _loop(open_session: Callable[..., Any]) -> None:
                 result = {}
             else:
                 raise RuntimeError(f"unknown op {op}")
-            say({"id": command["id"], "ok": True, **result})
+            say({"id": command["id"], "ok": True, **result, "ms": since(started)})
         except Exception as e:  # noqa: BLE001 - every failure is an answer
-            say({"id": command["id"], "ok": False, "error": error_of(e)})
+            say({"id": command["id"], "ok": False, "error": error_of(e), "ms": since(started)})
 
     stdin = anyio.wrap_file(sys.stdin)
     async with anyio.create_task_group() as tasks:

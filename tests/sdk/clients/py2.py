@@ -57,13 +57,15 @@ class Session:
                     async for event in subscription:
                         if isinstance(event, ToolsListChanged):
                             self._emit({"event": "list_changed", "list": "tools", "tag": subscription.subscription_id})
-                self._emit({"event": "listen_closed", "cause": "graceful", "id": outcome["id"]})
+                self._emit({"event": "listen_closed", "cause": "graceful", "subscription": outcome["id"]})
             except Exception as e:  # noqa: BLE001 - reported to the driver
                 if not opened.is_set():
                     outcome["error"] = e
                     opened.set()
                 else:
-                    self._emit({"event": "listen_closed", "cause": "lost", "id": outcome["id"], "error": error_of(e)})
+                    self._emit(
+                        {"event": "listen_closed", "cause": "lost", "subscription": outcome["id"], "error": error_of(e)}
+                    )
 
         self._tasks.start_soon(run)
         await opened.wait()

@@ -15,7 +15,8 @@ runClient(async (command, emit) => {
   try {
     await client.connect(transport, { timeout: REQUEST_TIMEOUT });
   } catch (e) {
-    await client.close().catch(() => {});
+    // Closing waits for the bridge to exit; the error is the answer now.
+    client.close().catch(() => {});
     throw e;
   }
   const options = { timeout: REQUEST_TIMEOUT };

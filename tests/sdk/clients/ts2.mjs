@@ -21,7 +21,8 @@ runClient(async (command, emit) => {
   try {
     await client.connect(transport, { timeout: REQUEST_TIMEOUT });
   } catch (e) {
-    await client.close().catch(() => {});
+    // Closing waits for the bridge to exit; the error is the answer now.
+    client.close().catch(() => {});
     throw e;
   }
   const options = { timeout: REQUEST_TIMEOUT };
@@ -43,7 +44,7 @@ runClient(async (command, emit) => {
       // numbers them `listen:N` from a counter it bumps before sending.
       const id = `listen:${client._nextListenId - 1}`;
       const subscription = await opening;
-      subscription.closed.then((cause) => emit({ event: "listen_closed", cause, id }));
+      subscription.closed.then((cause) => emit({ event: "listen_closed", cause, subscription: id }));
       return id;
     },
     close: () => client.close(),
