@@ -19,6 +19,15 @@
 // hosts/listen.py), so that the moment an endpoint opens is the scenario's,
 // not the machine's. Scenarios run a few at a time: most of their time is
 // the waiting they are about.
+//
+// The bridge gets --cache-dir only if its --help names it (a bridge without
+// it would refuse every command line, and every scenario would fail for
+// that instead of for what it checks); the cache directory is always given
+// as MCP_BRIDGE_CACHE_DIR too, so that no run touches the user's cache.
+//
+// Environment: SDK_PARALLEL (runs at once, default 6), SDK_TRACE=1 (each
+// step of each run on stderr, timed), SDK_KEEP=1 (keep the work directory:
+// sockets, caches, each bridge's stderr, the hosts' and clients' logs).
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -58,8 +67,7 @@ const PARALLEL = Number(process.env.SDK_PARALLEL ?? 6);
 // may take.
 const EVENT_WAIT_MS = 10000;
 
-// Whether this bridge knows --cache-dir; the cache directory is also given
-// as MCP_BRIDGE_CACHE_DIR either way, so that no run touches the user's.
+// Whether this bridge knows --cache-dir (see the top of this file).
 const help = spawnSync(bridge, ["--help"], { encoding: "utf8" });
 const CACHE_FLAG = `${help.stdout}${help.stderr}`.includes("--cache-dir");
 
@@ -233,11 +241,12 @@ class Zygote {
     });
   }
 
-  /** Waits for the first event `match` accepts. */
-  async event(match, what) {
+  /** Waits for the first event from index `from` on that `match` accepts;
+   * resolves with its index. */
+  async event(match, from, what) {
     for (;;) {
-      const found = this.events.find(match);
-      if (found) return found;
+      const found = this.events.findIndex((m, i) => i >= from && match(m));
+      if (found >= 0) return found;
       if (this.dead) throw new Failure(`the ${this.sdk} zygote exited while waiting for ${what}`);
       await new Promise((resolve) => this.waiters.push(resolve));
     }
@@ -268,26 +277,30 @@ class ForkedHost {
     this.sdk = sdk;
     this.sock = sock;
     this.zygote = zygote(sdk);
-    this.seen = this.zygote.events.length;
     this.pid = null;
+    // Where this instance's events start in the zygote's (pids are reused).
+    this.from = 0;
   }
 
-  prepare() {
-    return this.zygote.event((m) => m.loaded !== undefined, "its start");
+  async prepare() {
+    await this.zygote.event((m) => m.loaded !== undefined, 0, "its start");
   }
 
   async listen() {
     await this.prepare();
-    const from = this.zygote.events.length;
+    const asked = this.zygote.events.length;
     this.zygote.fork(this.sock);
-    const later = (m, i) => i >= from && m.sock === this.sock;
-    const forked = await this.zygote.event((m, i) => later(m, i) && m.forked !== undefined, "a fork");
-    this.pid = forked.forked;
-    await this.zygote.event(
-      (m) => (m.ready === this.pid && m.sock === this.sock) || m.exit === this.pid,
+    const forked = await this.zygote.event((m) => m.forked !== undefined && m.sock === this.sock, asked, "a fork");
+    this.pid = this.zygote.events[forked].forked;
+    // From the fork on: the child's exit may be reaped (and said) even
+    // before the fork is.
+    this.from = asked;
+    const said = await this.zygote.event(
+      (m) => m.ready === this.pid || m.exit === this.pid,
+      asked,
       "its host to listen",
     );
-    expect(!this.zygote.events.some((m) => m.exit === this.pid), `the ${this.sdk} host exited before listening`);
+    expect(this.zygote.events[said].ready === this.pid, `the ${this.sdk} host exited before listening`);
   }
 
   async kill(signal) {
@@ -295,7 +308,7 @@ class ForkedHost {
     try {
       process.kill(this.pid, signal);
     } catch {}
-    await this.zygote.event((m) => m.exit === this.pid, "its host to exit");
+    await this.zygote.event((m) => m.exit === this.pid, this.from, "its host to exit");
   }
 }
 
@@ -338,7 +351,10 @@ class Run {
 
   /** A host instance of this run's SDK, started and loaded, not yet listening. */
   async newHost() {
-    const h = this.host.startsWith("ts") ? new NodeHost(this.host, this.sock, this.hostLog) : new ForkedHost(this.host, this.sock);
+    expect(!this.ended, "the run was ended");
+    const h = this.host.startsWith("ts")
+      ? new NodeHost(this.host, this.sock, this.hostLog)
+      : new ForkedHost(this.host, this.sock);
     this.hosts.push(h);
     await h.prepare();
     return h;
@@ -366,9 +382,12 @@ class Run {
     return session;
   }
 
+  /** Ends the run: its sessions closed, its hosts killed, none started after. */
   async cleanup() {
+    this.ended = true;
     await Promise.all(this.sessions.map((s) => s.close().catch(() => {})));
     await Promise.all(this.hosts.map((h) => h.kill("SIGKILL").catch(() => {})));
+    fs.closeSync(this.hostLog);
   }
 
   /** The last lines the bridges of this run wrote on stderr, for a failure's report. */
@@ -391,7 +410,7 @@ class Session {
     this.client = clientProcess(run.client);
     this.events = [];
     this.waiters = [];
-    this.open = false;
+    this.closed = false;
     this.client.listeners.set(name, (event) => {
       this.events.push(event);
       for (const w of this.waiters.splice(0)) w();
@@ -405,7 +424,6 @@ class Session {
     );
     this.connectMs = answer.ms;
     if (!answer.ok) throw new RequestError("connect", answer.error, answer.ms);
-    this.open = true;
     this.era = answer.era;
     this.version = answer.version;
     this.toolsListChanged = answer.toolsListChanged;
@@ -430,10 +448,13 @@ class Session {
     return (await this.op("listen")).subscription;
   }
 
+  /** Ends the session (its bridge sees stdin close); a no-op for one that never connected. */
   async close() {
-    if (!this.open) return;
-    this.open = false;
-    await this.client.request({ session: this.name, op: "close" }, 10000);
+    if (!this.closed) {
+      this.closed = true;
+      await this.client.request({ session: this.name, op: "close" }, 10000);
+    }
+    this.client.listeners.delete(this.name);
   }
 
   /** Waits for an event `match` accepts among those from index `from` on. */
@@ -493,7 +514,8 @@ function checkBridgeError(run, e, reasons, what) {
   const { code, data } = e.error ?? {};
   expect(data && typeof data === "object", `${what}: the error has no data (${e.message})`);
   expect(data.source === "mcp-bridge", `${what}: error.data.source is ${JSON.stringify(data.source)} (${e.message})`);
-  expect(reasons.includes(data.reason), `${what}: error.data.reason is ${JSON.stringify(data.reason)}, not ${reasons.join(" or ")}`);
+  const reason = JSON.stringify(data.reason);
+  expect(reasons.includes(data.reason), `${what}: error.data.reason is ${reason}, not ${reasons.join(" or ")}`);
   expect(REASONS.has(data.reason), `${what}: undocumented reason ${data.reason}`);
   expect(data.endpoint === run.sock, `${what}: error.data.endpoint is ${JSON.stringify(data.endpoint)}`);
   expect(code === -32000, `${what}: error code ${code}, not -32000`);
@@ -503,7 +525,8 @@ function checkBridgeError(run, e, reasons, what) {
 async function expectBridgeError(run, promise, reasons, what) {
   try {
     const answer = await promise;
-    throw new Failure(`${what} succeeded (${JSON.stringify(answer)}), expected the bridge's ${reasons.join("/")} error`);
+    const said = JSON.stringify(answer);
+    throw new Failure(`${what} succeeded (${said}), expected the bridge's ${reasons.join("/")} error`);
   } catch (e) {
     checkBridgeError(run, e, reasons, what);
     return e.ms;
@@ -626,7 +649,8 @@ async function lateAppCached(run) {
   up.catch(() => {});
   run.step = "connect while the app is away (from the cache)";
   const session = await run.connect();
-  expect(Date.now() < upAt, `the connect was not answered from the cache: it took ${(session.connectMs / 1000).toFixed(1)} s, until the app came`);
+  const took = (session.connectMs / 1000).toFixed(1);
+  expect(Date.now() < upAt, `the connect was not answered from the cache: it took ${took} s, until the app came`);
   checkEra(run, session);
   let listening = null;
   if (run.modern) {
@@ -640,8 +664,8 @@ async function lateAppCached(run) {
     try {
       await promise;
     } catch (e) {
+      // (Also right just after the app came: the bridge looks about once a second.)
       checkBridgeError(run, e, ["app_not_running"], what);
-      expect(Date.now() < upAt, `${what}: the error came after the app was up`);
       return;
     }
     expect(mayBeHeld, `${what} succeeded, expected the bridge's app_not_running error`);
@@ -701,10 +725,12 @@ async function bridgeErrors(run) {
   run.step = "requests with the app gone";
   await expectBridgeError(run, session.call("echo", { text: "gone" }), GONE, "tools/call with the app gone");
   await expectBridgeError(run, session.listTools(), GONE, "tools/list with the app gone");
-  expect(Date.now() - killed <= byDeadline, `the errors took ${((Date.now() - killed) / 1000).toFixed(1)} s (reconnect timeout ${RECONNECT_TIMEOUT} s)`);
+  const took = ((Date.now() - killed) / 1000).toFixed(1);
+  expect(Date.now() - killed <= byDeadline, `the errors took ${took} s (reconnect timeout ${RECONNECT_TIMEOUT} s)`);
   run.step = "a request after the deadline";
   await sleep(Math.max(0, killed + byDeadline - Date.now()));
-  const ms = await expectBridgeError(run, session.call("echo", { text: "later" }), ["app_not_running"], "tools/call after the deadline");
+  const later = session.call("echo", { text: "later" });
+  const ms = await expectBridgeError(run, later, ["app_not_running"], "tools/call after the deadline");
   expect(ms <= 1000, `the error after the deadline took ${(ms / 1000).toFixed(1)} s, not at once`);
 }
 
@@ -724,7 +750,8 @@ async function runOnce(scenario, client, host, round) {
   const run = new Run(scenario, client, host, round);
   let timer;
   const guard = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Failure(`hang guard: still running after ${HANG_GUARD_MS / 1000} s`)), HANG_GUARD_MS);
+    const stop = () => reject(new Failure(`hang guard: still running after ${HANG_GUARD_MS / 1000} s`));
+    timer = setTimeout(stop, HANG_GUARD_MS);
   });
   let failure = null;
   try {
@@ -752,7 +779,8 @@ const cells = [];
 for (const scenario of SCENARIOS) {
   for (const client of SDKS) {
     for (const host of scenario.hostless ? ["-"] : SDKS) {
-      if (`${scenario.name} ${client} ${host}`.includes(filter)) cells.push({ scenario, client, host, passed: 0, failed: 0, ms: 0 });
+      if (!`${scenario.name} ${client} ${host}`.includes(filter)) continue;
+      cells.push({ scenario, client, host, passed: 0, failed: 0, ms: 0 });
     }
   }
 }
@@ -771,7 +799,9 @@ for (let round = 1; round <= RUNS; round++) {
 }
 
 const started = Date.now();
-if (!CACHE_FLAG) console.log("note: this mcp-bridge has no --cache-dir: the cache directory is given as MCP_BRIDGE_CACHE_DIR only");
+if (!CACHE_FLAG) {
+  console.log("note: this mcp-bridge has no --cache-dir: the cache directory is given as MCP_BRIDGE_CACHE_DIR only");
+}
 console.log(`${cells.length} cells x ${RUNS} runs, ${PARALLEL} at a time`);
 
 const stopAll = () => {

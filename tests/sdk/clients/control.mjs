@@ -80,13 +80,25 @@ export function tagOf(notification) {
   return notification?.params?._meta?.["io.modelcontextprotocol/subscriptionId"] ?? null;
 }
 
-/** The bridge's command line, as the driver gave it, for an SDK's stdio
- * transport; the bridge's stderr goes to the file the driver named. */
-export function serverParams(command) {
-  return {
+/** Connects `client` through the SDK's stdio transport class `Transport`,
+ * which spawns the bridge the driver described (its stderr to the file the
+ * driver named). A client that failed to connect is closed in the
+ * background: closing waits for the bridge to exit, and the error is the
+ * answer now. */
+export async function connectBridge(client, Transport, command) {
+  const stderr = fs.openSync(command.stderr, "a");
+  const transport = new Transport({
     command: command.command,
     args: command.args,
     env: { ...process.env, ...(command.env ?? {}) },
-    stderr: fs.openSync(command.stderr, "a"),
-  };
+    stderr,
+  });
+  try {
+    await client.connect(transport, { timeout: REQUEST_TIMEOUT });
+  } catch (e) {
+    client.close().catch(() => {});
+    throw e;
+  } finally {
+    fs.closeSync(stderr); // the bridge has its own
+  }
 }

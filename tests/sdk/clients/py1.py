@@ -45,8 +45,9 @@ async def open_session(command: dict[str, Any], emit):
     )
 
     async def on_message(message: Any) -> None:
-        if isinstance(message, types.ServerNotification) and isinstance(message.root, types.ToolListChangedNotification):
-            emit({"event": "list_changed", "list": "tools", "tag": tag_of(message.root)})
+        root = getattr(message, "root", None)
+        if isinstance(message, types.ServerNotification) and isinstance(root, types.ToolListChangedNotification):
+            emit({"event": "list_changed", "list": "tools", "tag": tag_of(root)})
 
     with bridge_errlog(command) as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):

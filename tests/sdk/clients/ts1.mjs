@@ -4,21 +4,14 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { REQUEST_TIMEOUT, runClient, serverParams, tagOf, textOf } from "./control.mjs";
+import { connectBridge, REQUEST_TIMEOUT, runClient, tagOf, textOf } from "./control.mjs";
 
 runClient(async (command, emit) => {
   const client = new Client({ name: "sdk-client-ts1", version: "1.0.0" });
   client.setNotificationHandler(ToolListChangedNotificationSchema, async (n) =>
     emit({ event: "list_changed", list: "tools", tag: tagOf(n) }),
   );
-  const transport = new StdioClientTransport(serverParams(command));
-  try {
-    await client.connect(transport, { timeout: REQUEST_TIMEOUT });
-  } catch (e) {
-    // Closing waits for the bridge to exit; the error is the answer now.
-    client.close().catch(() => {});
-    throw e;
-  }
+  await connectBridge(client, StdioClientTransport, command);
   const options = { timeout: REQUEST_TIMEOUT };
   return {
     era: "legacy",

@@ -7,7 +7,7 @@
 // driver.mjs through control.mjs.
 import { Client } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
-import { REQUEST_TIMEOUT, runClient, serverParams, tagOf, textOf } from "./control.mjs";
+import { connectBridge, REQUEST_TIMEOUT, runClient, tagOf, textOf } from "./control.mjs";
 
 runClient(async (command, emit) => {
   const client = new Client(
@@ -17,14 +17,7 @@ runClient(async (command, emit) => {
   client.setNotificationHandler("notifications/tools/list_changed", async (n) =>
     emit({ event: "list_changed", list: "tools", tag: tagOf(n) }),
   );
-  const transport = new StdioClientTransport(serverParams(command));
-  try {
-    await client.connect(transport, { timeout: REQUEST_TIMEOUT });
-  } catch (e) {
-    // Closing waits for the bridge to exit; the error is the answer now.
-    client.close().catch(() => {});
-    throw e;
-  }
+  await connectBridge(client, StdioClientTransport, command);
   const options = { timeout: REQUEST_TIMEOUT };
   return {
     era: client.getProtocolEra(),

@@ -25,8 +25,8 @@ export async function runHost(serve) {
   }
   if (process.argv.includes("--hold")) {
     console.log("loaded");
-    await new Promise((resolve) => process.stdin.once("data", resolve));
     process.stdin.on("end", () => process.exit(0));
+    await new Promise((resolve) => process.stdin.once("data", resolve));
   }
   try {
     fs.unlinkSync(path); // a stale socket left by a killed instance
