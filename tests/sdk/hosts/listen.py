@@ -1,9 +1,10 @@
-"""What every Python host here does before MCP, whichever SDK line serves it.
+"""What every Python host here shares, whichever SDK line serves it.
 
 A host removes a stale socket file, listens on the Unix socket path, prints
 "ready", and on each connection reads the bridge's identity line
 ({"project":...,"requester":...} plus optional fields) before handing the rest
-of the stream to an SDK-built server.
+of the stream to an SDK-built server: through `line_transport`, the SDK's own
+stdio framing over the socket, with the tools of `add_tools`.
 
     python hosts/pyN.py SOCKET      listen at once, print "ready"
     python hosts/pyN.py --zygote    driver.mjs's launcher, below
@@ -26,6 +27,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -44,9 +46,62 @@ def say(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def whoami(identity: dict[str, Any]) -> str:
-    """What the `whoami` tool answers: who the bridge said it is, and which instance answers."""
-    return json.dumps({"project": identity.get("project"), "requester": identity.get("requester"), "pid": os.getpid()})
+def add_tools(app: Any, identity: dict[str, Any]) -> None:
+    """The scenarios' tools, on a FastMCP (1.x) or MCPServer (2.x): same decorator.
+
+    `echo` returns its text; `whoami` who the bridge said it is (the identity
+    line's project and requester) and which instance answers (this pid).
+    """
+
+    @app.tool()
+    def echo(text: str) -> str:
+        """Returns its text."""
+        return text
+
+    @app.tool(name="whoami")
+    def who() -> str:
+        """Who the bridge said it is."""
+        said = {"project": identity.get("project"), "requester": identity.get("requester")}
+        return json.dumps({**said, "pid": os.getpid()})
+
+
+@asynccontextmanager
+async def line_transport(
+    received: AsyncIterator[bytes],
+    stream: anyio.abc.ByteStream,
+    parse: Callable[[bytes], Any],
+    dump: Callable[[Any], str],
+    streams: Callable[[], tuple[tuple[Any, Any], tuple[Any, Any]]],
+):
+    """An SDK server's streams over the socket, the way its stdio_server makes them.
+
+    One message per line each way: a reader task parses each line into a
+    SessionMessage (or the exception, which the SDK's server reports), a
+    writer task writes each SessionMessage as one line. `streams` makes the
+    SDK line's (read, write) memory stream pairs.
+    """
+    (read_writer, read_stream), (write_stream, write_reader) = streams()
+
+    async def reader() -> None:
+        async with read_writer:
+            async for line in received:
+                try:
+                    message = parse(line)
+                except Exception as exc:  # noqa: BLE001 - the SDK's server reports it
+                    await read_writer.send(exc)
+                    continue
+                await read_writer.send(message)
+
+    async def writer() -> None:
+        async with write_reader:
+            async for message in write_reader:
+                await stream.send(dump(message).encode() + b"\n")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(reader)
+        tasks.start_soon(writer)
+        yield read_stream, write_stream
+        tasks.cancel_scope.cancel()
 
 
 async def lines(received: BufferedByteReceiveStream) -> AsyncIterator[bytes]:

@@ -1,16 +1,13 @@
 """An MCP host built with the Python SDK 1.x (`mcp` 1.30, legacy era only).
 
-One FastMCP server per bridge connection, run over a transport of its own on
-the socket stream: newline-delimited JSON-RPC, the stdio framing, built the
-way the SDK's stdio_server builds it (memory streams of SessionMessage fed by
-a reader task, drained by a writer task). Tools: `echo` (its text) and
-`whoami` (the identity line's project and requester, and this pid); tools
-`listChanged: true`. Usage: see listen.py.
+One FastMCP server per bridge connection, run over the socket stream
+(newline-delimited JSON-RPC, the stdio framing: listen.line_transport) with
+the SDK's 1.x message types. Tools `echo` and `whoami` (listen.add_tools),
+tools `listChanged: true`. Usage: see listen.py.
 """
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -19,53 +16,25 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.lowlevel import NotificationOptions
 from mcp.shared.message import SessionMessage
 
-from listen import main, whoami
+from listen import add_tools, line_transport, main
 
 
-@asynccontextmanager
-async def socket_transport(received, stream):
-    read_writer, read_stream = anyio.create_memory_object_stream(0)
-    write_stream, write_reader = anyio.create_memory_object_stream(0)
-
-    async def reader() -> None:
-        async with read_writer:
-            async for line in received:
-                try:
-                    message = types.JSONRPCMessage.model_validate_json(line)
-                except Exception as exc:  # noqa: BLE001 - the SDK's server reports it
-                    await read_writer.send(exc)
-                    continue
-                await read_writer.send(SessionMessage(message))
-
-    async def writer() -> None:
-        async with write_reader:
-            async for session_message in write_reader:
-                text = session_message.message.model_dump_json(by_alias=True, exclude_none=True)
-                await stream.send(text.encode() + b"\n")
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(reader)
-        tasks.start_soon(writer)
-        yield read_stream, write_stream
-        tasks.cancel_scope.cancel()
+def streams():
+    return anyio.create_memory_object_stream(0), anyio.create_memory_object_stream(0)
 
 
 async def serve(received, stream, identity: dict[str, Any]) -> None:
     app = FastMCP("sdk-host-py1", log_level="WARNING")
-
-    @app.tool()
-    def echo(text: str) -> str:
-        """Returns its text."""
-        return text
-
-    @app.tool(name="whoami")
-    def who() -> str:
-        """Who the bridge said it is."""
-        return whoami(identity)
-
+    add_tools(app, identity)
     server = app._mcp_server
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-    async with socket_transport(received, stream) as (read_stream, write_stream):
+    async with line_transport(
+        received,
+        stream,
+        parse=lambda line: SessionMessage(types.JSONRPCMessage.model_validate_json(line)),
+        dump=lambda message: message.message.model_dump_json(by_alias=True, exclude_none=True),
+        streams=streams,
+    ) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, options)
 
 
