@@ -8,7 +8,9 @@
 # later than the connect timeout with and without a cached answer, and the
 # bridge's own errors. Each scenario runs N times (default 3), at most 60 s
 # each; one line per cell with its pass and fail counts, then the total.
-# Exit status 0 only if every run passed. About 3 minutes at N=3 on 2 cores.
+# Exit status 0 only if every run passed. At N=3 on 2 cores: about 2.5
+# minutes when most scenarios fail fast, up to about 5 when every late app
+# is waited out; the first run also installs (about a minute).
 #
 # Usage: sh tests/sdk/run.sh [N] [FILTER]   (FILTER: e.g. "b-restart ts2")
 # Installs what is missing here: npm ci (package-lock.json), and one venv per
