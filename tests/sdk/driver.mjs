@@ -271,36 +271,39 @@ function zygote(sdk) {
   return z;
 }
 
-/** A Python host instance: a fork of its SDK's zygote, a process of its own. */
+/** A Python host instance: a fork of its SDK's zygote, a process of its
+ * own, forked when prepared and listening on SIGUSR1 (hosts/listen.py). */
 class ForkedHost {
   constructor(sdk, sock) {
     this.sdk = sdk;
     this.sock = sock;
     this.zygote = zygote(sdk);
     this.pid = null;
-    // Where this instance's events start in the zygote's (pids are reused).
+    // Where this instance's events start in the zygote's (pids are reused;
+    // the child's exit may be reaped, and said, even before its fork is).
     this.from = 0;
   }
 
   async prepare() {
+    if (this.pid !== null) return;
     await this.zygote.event((m) => m.loaded !== undefined, 0, "its start");
+    this.from = this.zygote.events.length;
+    this.zygote.fork(this.sock);
+    const forked = await this.zygote.event((m) => m.forked !== undefined && m.sock === this.sock, this.from, "a fork");
+    this.pid = this.zygote.events[forked].forked;
+    await this.said("held", "its host to start");
+  }
+
+  /** Waits for the child's `what` line, failing if it exits first. */
+  async said(what, waiting) {
+    const found = await this.zygote.event((m) => m[what] === this.pid || m.exit === this.pid, this.from, waiting);
+    expect(this.zygote.events[found][what] === this.pid, `the ${this.sdk} host exited (${waiting})`);
   }
 
   async listen() {
     await this.prepare();
-    const asked = this.zygote.events.length;
-    this.zygote.fork(this.sock);
-    const forked = await this.zygote.event((m) => m.forked !== undefined && m.sock === this.sock, asked, "a fork");
-    this.pid = this.zygote.events[forked].forked;
-    // From the fork on: the child's exit may be reaped (and said) even
-    // before the fork is.
-    this.from = asked;
-    const said = await this.zygote.event(
-      (m) => m.ready === this.pid || m.exit === this.pid,
-      asked,
-      "its host to listen",
-    );
-    expect(this.zygote.events[said].ready === this.pid, `the ${this.sdk} host exited before listening`);
+    process.kill(this.pid, "SIGUSR1");
+    await this.said("ready", "its host to listen");
   }
 
   async kill(signal) {

@@ -13,11 +13,13 @@ Why a zygote: importing the SDK costs a Python 2.x process over a second of
 CPU, and the scenarios start about a hundred host instances per run on a
 2-core machine. The zygote imports once, then forks one child per instance
 on the driver's command ({"sock": PATH} on stdin); each child is a real,
-separate process that the driver SIGKILLs or SIGTERMs by pid. The zygote
-writes {"forked": pid, "sock": ...} when it forked, the child {"ready": pid,
-"sock": ...} once it listens, and the zygote {"exit": pid} when it has
-reaped one; all of them single os.write calls of one line, so the lines
-never interleave on the shared pipe.
+separate process that the driver SIGKILLs or SIGTERMs by pid. A child is
+forked ahead of its moment and listens on SIGUSR1, so that the endpoint
+opens when the scenario says however busy the machine is. The zygote writes
+{"forked": pid, "sock": ...} when it forked, the child {"held": pid} once it
+waits for SIGUSR1 and {"ready": pid, "sock": ...} once it listens, and the
+zygote {"exit": pid} when it has reaped one; all of them single os.write
+calls of one line, so the lines never interleave on the shared pipe.
 """
 
 from __future__ import annotations
@@ -141,6 +143,15 @@ async def listen(path: str, serve: Serve, on_ready: Callable[[], None]) -> None:
             tasks.start_soon(exit_with_zygote, int(os.environ["MCP_SDK_ZYGOTE_PID"]))
 
 
+async def held(path: str, serve: Serve) -> None:
+    """A forked host: say it is held, listen on SIGUSR1 (see the module doc)."""
+    with anyio.open_signal_receiver(signal.SIGUSR1) as signals:
+        say({"held": os.getpid()})
+        async for _ in signals:
+            break
+    await listen(path, serve, lambda: say({"ready": os.getpid(), "sock": path}))
+
+
 async def exit_with_zygote(zygote: int) -> None:
     """A forked host outlives no killed zygote (and so no killed driver)."""
     while os.getppid() == zygote:
@@ -187,7 +198,7 @@ def zygote(serve: Serve) -> None:
             os.dup2(null, 0)
             os.environ["MCP_SDK_ZYGOTE_PID"] = str(os.getppid())
             try:
-                anyio.run(listen, path, serve, lambda: say({"ready": os.getpid(), "sock": path}))
+                anyio.run(held, path, serve)
             finally:
                 os._exit(0)
         children.add(pid)
