@@ -9,6 +9,11 @@
 //! expect of a real CLI: `--name value` and `--name=value`, values that
 //! start with a dash, non-UTF-8 endpoint paths, and one clear error line per
 //! mistake (the binary adds a pointer to `--help` and exits with code 2).
+//!
+//! `--app` is resolved here, into the endpoint the library's rule gives
+//! ([`mcp_bridge::endpoint::for_app`]), and what `--project` and
+//! `--requester` leave out is learned here ([`mcp_bridge::identity`]), so
+//! the commands get a plain endpoint and handshake.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -18,8 +23,9 @@ mod args;
 #[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
 mod usage_bridge;
 
-use args::{once, required_endpoint, Arg, Parser};
+use args::{endpoint_or_app, once, Arg, Parser};
 use mcp_bridge::bridge;
+use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "doctor")]
 use mcp_bridge::doctor;
 #[cfg(feature = "serve")]
@@ -40,6 +46,11 @@ const MAX_SECONDS: u64 = 86_400;
 /// CLIs that pass an environment to the servers they spawn (Codex clears
 /// it, hence the flag).
 const LOG_ENV: &str = "MCP_BRIDGE_LOG";
+
+/// How the handshake is made from `--project` and `--requester`, either
+/// of which may be absent: [`mcp_bridge::identity::handshake`], or in
+/// tests one that learns nothing.
+type Identify = fn(Option<String>, Option<String>) -> Handshake;
 
 /// What the user asked for.
 #[derive(Debug)]
@@ -124,15 +135,22 @@ pub fn version_line() -> String {
     )
 }
 
-/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`).
+/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`, and
+/// for an identity not given, what the CLI passed).
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    parse_with_env(args, std::env::var_os(LOG_ENV))
+    parse_with_env(
+        args,
+        std::env::var_os(LOG_ENV),
+        mcp_bridge::identity::handshake,
+    )
 }
 
-/// [`parse`], with the value of `MCP_BRIDGE_LOG` given rather than read.
+/// [`parse`], with the value of `MCP_BRIDGE_LOG` and the way to make the
+/// handshake given rather than read.
 fn parse_with_env(
     args: impl IntoIterator<Item = OsString>,
     env_log: Option<OsString>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     // The flag wins; an empty variable means no log.
     let env_log = env_log.filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -146,11 +164,11 @@ fn parse_with_env(
         },
         Some(Arg::Word(word)) => match word.to_str() {
             Some("help") => Ok(Command::Help),
-            Some("mcp-server") => parse_bridge(args, env_log),
+            Some("mcp-server") => parse_bridge(args, env_log, identify),
             #[cfg(feature = "serve")]
             Some("serve") => parse_serve(args, env_log),
             #[cfg(feature = "doctor")]
-            Some("doctor") => parse_doctor(args, env_log),
+            Some("doctor") => parse_doctor(args, env_log, identify),
             #[cfg(feature = "demo")]
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
@@ -171,8 +189,10 @@ fn parse_with_env(
 fn parse_bridge(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut project = None;
     let mut requester = None;
     let mut connect_timeout = None;
@@ -187,6 +207,7 @@ fn parse_bridge(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
@@ -198,9 +219,8 @@ fn parse_bridge(
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
-    let mut config = bridge::Config::new(required_endpoint(endpoint)?);
-    config.handshake.project = project.unwrap_or_default();
-    config.handshake.requester = requester.unwrap_or_default();
+    let mut config = bridge::Config::new(endpoint_or_app(endpoint, app.as_deref())?);
+    config.handshake = identify(project, requester);
     if let Some(timeout) = connect_timeout {
         config.connect_timeout = timeout;
     }
@@ -219,6 +239,7 @@ fn parse_serve(
     env_log: Option<PathBuf>,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut max_connections = None;
     let mut log = None;
     let mut command = Vec::new();
@@ -238,13 +259,14 @@ fn parse_serve(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--max-connections" => once(&mut max_connections, &name, args.count(&name)?)?,
             "--log" => once(&mut log, &name, args.path(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
-    let endpoint = required_endpoint(endpoint)?;
+    let endpoint = endpoint_or_app(endpoint, app.as_deref())?;
     let mut command = command.into_iter();
     let program = match command.next() {
         Some(program) if !program.is_empty() => program,
@@ -257,6 +279,7 @@ fn parse_serve(
         }
     };
     let mut config = serve::Config::new(endpoint, program, command);
+    config.app = app;
     if let Some(max) = max_connections {
         config.max_connections = max;
     }
@@ -271,8 +294,10 @@ fn parse_serve(
 fn parse_doctor(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut project = None;
     let mut requester = None;
     let mut timeout = None;
@@ -289,6 +314,7 @@ fn parse_doctor(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--timeout" => once(&mut timeout, &name, args.seconds(&name)?)?,
@@ -302,9 +328,9 @@ fn parse_doctor(
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
-    let mut config = doctor::Config::new(required_endpoint(endpoint)?);
-    config.handshake.project = project.unwrap_or_default();
-    config.handshake.requester = requester.unwrap_or_default();
+    let mut config = doctor::Config::new(endpoint_or_app(endpoint, app.as_deref())?);
+    config.app = app;
+    config.handshake = identify(project, requester);
     if let Some(timeout) = timeout {
         config.timeout = timeout;
     }

@@ -9,12 +9,15 @@
 //! becomes `WouldBlock`, which the caller retries until its timeout: a busy
 //! app gets the whole connect timeout to accept us.
 
+use std::ffi::OsStr;
+use std::fs;
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -232,4 +235,124 @@ pub(super) fn not_a_socket(path: &Path) -> Option<&'static str> {
 /// How a principal is named in messages.
 pub(super) fn describe(principal: &Principal) -> String {
     format!("uid {}", principal)
+}
+
+/// The longest endpoint [`for_app`](super::for_app) resolves to: what a
+/// socket address holds.
+pub(super) const MAX_APP_ENDPOINT: usize = MAX_PATH_BYTES;
+
+/// The file name of an app's socket in its own directory.
+const APP_SOCKET: &str = "mcp.sock";
+
+/// The endpoint of app `name` (a checked name) for this user:
+/// `<dir>/<name>/mcp.sock`, `<dir>` the first of this user's runtime
+/// directories that is theirs, or the fallback in `/tmp` (see `app.rs`).
+pub(super) fn app_endpoint(name: &str) -> io::Result<PathBuf> {
+    let uid = rustix::process::geteuid().as_raw();
+    let base = runtime_dirs(uid)
+        .into_iter()
+        .flatten()
+        .find(|dir| private_dir_fault(dir, uid).is_none())
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/mcp-bridge-{}", uid)));
+    Ok(base.join(name).join(APP_SOCKET))
+}
+
+/// Where an app's endpoint directory goes, best first, before the fallback.
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn runtime_dirs(uid: u32) -> [Option<PathBuf>; 2] {
+    [
+        absolute_var("XDG_RUNTIME_DIR"),
+        Some(PathBuf::from(format!("/run/user/{}", uid))),
+    ]
+}
+
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+fn runtime_dirs(_uid: u32) -> [Option<PathBuf>; 1] {
+    [absolute_var("TMPDIR")]
+}
+
+/// The directory named by the variable `name`, without its trailing `/`;
+/// `None` unless it is an absolute path (the XDG specification's rule for a
+/// relative `XDG_RUNTIME_DIR`: ignore it).
+fn absolute_var(name: &str) -> Option<PathBuf> {
+    let value = std::env::var_os(name)?;
+    let mut path = value.as_bytes();
+    while path.len() > 1 && path.ends_with(b"/") {
+        path = &path[..path.len() - 1];
+    }
+    if !path.starts_with(b"/") {
+        return None;
+    }
+    Some(PathBuf::from(OsStr::from_bytes(path)))
+}
+
+/// Why a directory may not hold an app's endpoint for a user.
+#[cfg_attr(not(feature = "host"), allow(dead_code))] // the host says why
+pub(crate) enum DirFault {
+    /// It cannot be looked at (it does not exist, say).
+    Unreadable(io::Error),
+    /// It is not a directory, or is a symbolic link to one.
+    NotADirectory,
+    /// It belongs to this other uid.
+    Owner(u32),
+    /// Group or others may write in it (its mode).
+    Writable(u32),
+}
+
+/// What keeps `dir` from holding an app's endpoint for `uid`, if anything:
+/// it must be a directory itself (not a link), owned by `uid`, and not
+/// writable by group or others (who could rename the socket away and put
+/// theirs in its place).
+pub(crate) fn private_dir_fault(dir: &Path, uid: u32) -> Option<DirFault> {
+    let metadata = match fs::symlink_metadata(dir) {
+        Ok(metadata) => metadata,
+        Err(e) => return Some(DirFault::Unreadable(e)),
+    };
+    if !metadata.is_dir() {
+        Some(DirFault::NotADirectory)
+    } else if metadata.uid() != uid {
+        Some(DirFault::Owner(metadata.uid()))
+    } else if metadata.mode() & 0o022 != 0 {
+        Some(DirFault::Writable(metadata.mode() & 0o7777))
+    } else {
+        None
+    }
+}
+
+/// The host's half of the rule: creates the app's directory and the one
+/// above it where missing (mode 0700), and checks that both are ours and
+/// closed to others, whoever created them (see `app.rs`, "Who can get
+/// there first").
+#[cfg(feature = "host")]
+pub(crate) fn prepare_app_endpoint(endpoint: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let uid = rustix::process::geteuid().as_raw();
+    let app_dir = endpoint.parent().unwrap_or(endpoint);
+    let base = app_dir.parent().unwrap_or(app_dir);
+    for dir in [base, app_dir] {
+        match fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let why = match private_dir_fault(dir, uid) {
+            None => continue,
+            Some(DirFault::Unreadable(e)) => return Err(e),
+            Some(DirFault::NotADirectory) => "is not a directory (or is a symbolic link)".into(),
+            Some(DirFault::Owner(owner)) => format!(
+                "belongs to uid {}, not to you (uid {}); someone else created it: \
+                 remove it, or run where XDG_RUNTIME_DIR is a directory of yours",
+                owner, uid
+            ),
+            Some(DirFault::Writable(mode)) => format!(
+                "may be written by group or others (mode {:o}), who could put their \
+                 own socket in place of yours: chmod go-w it",
+                mode
+            ),
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("'{}' {}", dir.display(), why),
+        ));
+    }
+    Ok(())
 }

@@ -113,6 +113,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 pub struct Config {
     /// Socket path (Unix) or pipe name (Windows) to listen on.
     pub endpoint: PathBuf,
+    /// The app's name (`--app`), when the endpoint is the one named after
+    /// it ([`endpoint::for_app`](crate::endpoint::for_app)): serve then
+    /// binds with [`Listener::bind_app`], which also makes the socket's
+    /// directory, and `endpoint` only names it in the log. Default: none.
+    pub app: Option<String>,
     /// Connections served at once; more are refused. Default:
     /// [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
@@ -135,6 +140,7 @@ impl Config {
     ) -> Config {
         Config {
             endpoint: endpoint.into(),
+            app: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
@@ -308,13 +314,17 @@ async fn accept_until_stopped(
 
 /// Binds `config.endpoint` and says what is served there.
 fn listen(config: &Config, traffic: Option<&TrafficLog>) -> Result<Listener, ServeError> {
-    let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
+    let listener = match &config.app {
+        Some(app) => Listener::bind_app(app),
+        None => Listener::bind(&config.endpoint),
+    }
+    .map_err(ServeError::Bind)?;
     log(
         traffic,
         format_args!(
             "serving {} on '{}' (at most {} connections)",
             command_line(config),
-            config.endpoint.display(),
+            listener.endpoint().display(),
             config.max_connections
         ),
     );
