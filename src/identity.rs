@@ -82,7 +82,9 @@ pub fn handshake(project: Option<String>, requester: Option<String>) -> Handshak
 }
 
 /// [`handshake`], with where it looks given: `var` reads a variable,
-/// `cwd` the working directory, `parent` the parent's process id.
+/// `cwd` the working directory, `parent` the parent's process id (each
+/// only asked when needed: on Windows the parent is looked up in a
+/// snapshot of every process).
 fn learn(
     project: Option<String>,
     requester: Option<String>,
@@ -90,37 +92,43 @@ fn learn(
     cwd: impl FnOnce() -> Option<PathBuf>,
     parent: impl FnOnce() -> Option<u32>,
 ) -> Handshake {
-    let variable = |names: &[&'static str]| {
-        names.iter().find_map(|&name| {
-            let value = var(name)?.into_string().ok()?;
-            (!value.is_empty()).then(|| (value, name))
-        })
-    };
     let mut handshake = Handshake::default();
     let project = match project {
         Some(told) => Some((told, None)),
-        None => variable(PROJECT_VARIABLES)
-            .or_else(|| {
-                let dir = cwd()?.into_os_string().into_string().ok()?;
-                Some((dir, FROM_WORKING_DIRECTORY))
-            })
-            .map(|(value, from)| (value, Some(from))),
+        None => first(&var, PROJECT_VARIABLES)
+            .or_else(|| Some((text(cwd()?.into_os_string())?, FROM_WORKING_DIRECTORY)))
+            .map(|(value, from)| (value, Some(from.to_string()))),
     };
     if let Some((value, from)) = project {
         handshake.project = value;
-        handshake.project_from = from.map(String::from);
+        handshake.project_from = from;
     }
     let requester = match requester {
         Some(told) => Some((told, None)),
-        None => variable(REQUESTER_VARIABLES)
+        None => first(&var, REQUESTER_VARIABLES)
             .or_else(|| Some((parent()?.to_string(), FROM_PARENT_PROCESS)))
-            .map(|(value, from)| (value, Some(from))),
+            .map(|(value, from)| (value, Some(from.to_string()))),
     };
     if let Some((value, from)) = requester {
         handshake.requester = value;
-        handshake.requester_from = from.map(String::from);
+        handshake.requester_from = from;
     }
     handshake
+}
+
+/// The first of the variables `names` that has a value, and its name.
+fn first(
+    var: &dyn Fn(&str) -> Option<OsString>,
+    names: &[&'static str],
+) -> Option<(String, &'static str)> {
+    names
+        .iter()
+        .find_map(|&name| Some((text(var(name)?)?, name)))
+}
+
+/// A variable's value as a handshake carries it: UTF-8 and not empty.
+fn text(value: OsString) -> Option<String> {
+    value.into_string().ok().filter(|v| !v.is_empty())
 }
 
 /// The process id of whoever started this one: on Unix `getppid`; on

@@ -52,6 +52,7 @@
 //! error says whose directory it is.
 
 use std::fmt;
+#[cfg(windows)]
 use std::io;
 use std::path::PathBuf;
 
@@ -88,34 +89,25 @@ pub fn for_app(name: &str) -> Result<PathBuf, AppNameError> {
         name: name.to_string(),
         fault,
     };
-    if let Some(e) = name_fault(name) {
-        return Err(fault(e));
-    }
-    let endpoint = platform::app_endpoint(name).map_err(|e| fault(Fault::Unidentified(e)))?;
-    let len = endpoint.as_os_str().len();
-    if len > platform::MAX_APP_ENDPOINT {
-        return Err(fault(Fault::TooLongPath(endpoint, len)));
-    }
-    Ok(endpoint)
-}
-
-/// What is wrong with `name`, if anything.
-fn name_fault(name: &str) -> Option<Fault> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-';
     if let Some(c) = name.chars().find(|&c| !allowed(c)) {
-        return Some(match c {
-            '/' | '\\' => Fault::Separator(c),
-            _ if c.is_control() => Fault::Control(c),
-            _ => Fault::Other(c),
-        });
+        return Err(fault(Fault::Char(c)));
     }
     match name.as_bytes().first() {
-        None => Some(Fault::Empty),
-        Some(b'.') => Some(Fault::Dot),
-        Some(b'-') | Some(b'_') => Some(Fault::Start),
-        _ if name.len() > MAX_APP_NAME => Some(Fault::TooLong),
-        _ => None,
+        None => return Err(fault(Fault::Empty)),
+        Some(b'.') | Some(b'-') | Some(b'_') => return Err(fault(Fault::Start)),
+        _ if name.len() > MAX_APP_NAME => return Err(fault(Fault::TooLong)),
+        _ => {}
     }
+    // Only a pipe name needs to ask the system who we are.
+    #[cfg(unix)]
+    let endpoint = platform::app_endpoint(name);
+    #[cfg(windows)]
+    let endpoint = platform::app_endpoint(name).map_err(|e| fault(Fault::Unidentified(e)))?;
+    if endpoint.as_os_str().len() > platform::MAX_APP_ENDPOINT {
+        return Err(fault(Fault::TooLongPath(endpoint)));
+    }
+    Ok(endpoint)
 }
 
 /// Why [`for_app`] has no endpoint for a name.
@@ -128,13 +120,13 @@ pub struct AppNameError {
 #[derive(Debug)]
 enum Fault {
     Empty,
-    Separator(char),
-    Control(char),
-    Other(char),
-    TooLong,
-    Dot,
+    /// A character outside the rule.
+    Char(char),
+    /// A first character that may not start a name.
     Start,
-    TooLongPath(PathBuf, usize),
+    TooLong,
+    TooLongPath(PathBuf),
+    #[cfg(windows)]
     Unidentified(io::Error),
 }
 
@@ -143,47 +135,34 @@ impl fmt::Display for AppNameError {
         let name = &self.name;
         match &self.fault {
             Fault::Empty => f.write_str("the app name is empty"),
-            Fault::Separator(c) => write!(
+            Fault::Char(c) => write!(
                 f,
-                "the app name {:?} contains '{}': it names one directory, not a path",
-                name, c
-            ),
-            Fault::Control(c) => write!(
-                f,
-                "the app name {:?} contains a control character (U+{:04X})",
-                name, *c as u32
-            ),
-            Fault::Other(c) => write!(
-                f,
-                "the app name {:?} contains {:?}: use ASCII letters, digits, '.', '_' and '-'",
-                name, c
-            ),
-            Fault::TooLong => write!(
-                f,
-                "the app name {:?} has {} bytes, more than the {} allowed",
+                "the app name {:?} contains {:?}{}: only ASCII letters, digits, '.', '_' and \
+                 '-' may be in it",
                 name,
-                name.len(),
-                MAX_APP_NAME
-            ),
-            Fault::Dot => write!(
-                f,
-                "the app name {:?} starts with '.': no '.', '..' or hidden directory",
-                name
+                c,
+                if c.is_control() { " (a control character)" } else { "" }
             ),
             Fault::Start => write!(
                 f,
-                "the app name {:?} must start with a letter or digit",
+                "the app name {:?} must start with a letter or digit (no '.', '..' or hidden name)",
                 name
             ),
-            Fault::TooLongPath(path, len) => write!(
+            Fault::TooLong => write!(
+                f,
+                "the app name {:?} is longer than {} bytes",
+                name, MAX_APP_NAME
+            ),
+            Fault::TooLongPath(path) => write!(
                 f,
                 "the endpoint of app {:?} would be '{}', {} bytes, more than the {} this OS \
-                 allows; choose a shorter name (or a shorter XDG_RUNTIME_DIR or TMPDIR)",
+                 allows; choose a shorter name",
                 name,
                 path.display(),
-                len,
+                path.as_os_str().len(),
                 platform::MAX_APP_ENDPOINT
             ),
+            #[cfg(windows)]
             Fault::Unidentified(_) => write!(
                 f,
                 "cannot name the endpoint of app {:?}: the user this process runs as \
@@ -197,6 +176,7 @@ impl fmt::Display for AppNameError {
 impl std::error::Error for AppNameError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.fault {
+            #[cfg(windows)]
             Fault::Unidentified(e) => Some(e),
             _ => None,
         }
@@ -215,17 +195,18 @@ mod tests {
             ("", "the app name is empty"),
             ("my/app", "contains '/'"),
             ("/abs", "contains '/'"),
-            ("my\\app", "contains '\\'"),
-            ("..", "starts with '.'"),
-            (".", "starts with '.'"),
-            (".hidden", "starts with '.'"),
-            ("a\nb", "control character (U+000A)"),
-            ("a\u{7f}", "control character (U+007F)"),
+            ("my\\app", "contains '\\\\'"),
+            ("..", "must start with a letter or digit (no '.', '..'"),
+            (".", "must start with a letter or digit"),
+            (".hidden", "must start with a letter or digit"),
+            ("a\nb", "contains '\\n'"),
+            ("a\u{7f}", "contains '\\u{7f}'"),
+            ("a\u{1b}[2J", "contains '\\u{1b}'"),
             ("my app", "contains ' '"),
             ("été", "contains 'é'"),
             ("-app", "must start with a letter or digit"),
             ("_app", "must start with a letter or digit"),
-            (long.as_str(), "more than the 32 allowed"),
+            (long.as_str(), "is longer than 32 bytes"),
         ] {
             let e = for_app(name).expect_err(name).to_string();
             assert!(e.contains(needle), "{:?}: {}", name, e);

@@ -9,7 +9,7 @@
 //! becomes `WouldBlock`, which the caller retries until its timeout: a busy
 //! app gets the whole connect timeout to accept us.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
 use std::net::Shutdown;
@@ -241,81 +241,56 @@ pub(super) fn describe(principal: &Principal) -> String {
 /// socket address holds.
 pub(super) const MAX_APP_ENDPOINT: usize = MAX_PATH_BYTES;
 
-/// The file name of an app's socket in its own directory.
-const APP_SOCKET: &str = "mcp.sock";
-
 /// The endpoint of app `name` (a checked name) for this user:
 /// `<dir>/<name>/mcp.sock`, `<dir>` the first of this user's runtime
 /// directories that is theirs, or the fallback in `/tmp` (see `app.rs`).
-pub(super) fn app_endpoint(name: &str) -> io::Result<PathBuf> {
+pub(super) fn app_endpoint(name: &str) -> PathBuf {
     let uid = rustix::process::geteuid().as_raw();
-    let base = runtime_dirs(uid)
+    let mut path = runtime_dirs(uid)
         .into_iter()
         .flatten()
-        .find(|dir| private_dir_fault(dir, uid).is_none())
-        .unwrap_or_else(|| PathBuf::from(format!("/tmp/mcp-bridge-{}", uid)));
-    Ok(base.join(name).join(APP_SOCKET))
+        .find(|dir| is_private_dir(Path::new(dir), uid))
+        .unwrap_or_else(|| format!("/tmp/mcp-bridge-{}", uid).into());
+    for part in ["/", name, "/mcp.sock"] {
+        path.push(part);
+    }
+    path.into()
 }
 
 /// Where an app's endpoint directory goes, best first, before the fallback.
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-fn runtime_dirs(uid: u32) -> [Option<PathBuf>; 2] {
+fn runtime_dirs(uid: u32) -> [Option<OsString>; 2] {
     [
         absolute_var("XDG_RUNTIME_DIR"),
-        Some(PathBuf::from(format!("/run/user/{}", uid))),
+        Some(format!("/run/user/{}", uid).into()),
     ]
 }
 
 #[cfg(any(target_os = "macos", target_os = "ios"))]
-fn runtime_dirs(_uid: u32) -> [Option<PathBuf>; 1] {
+fn runtime_dirs(_uid: u32) -> [Option<OsString>; 1] {
     [absolute_var("TMPDIR")]
 }
 
 /// The directory named by the variable `name`, without its trailing `/`;
 /// `None` unless it is an absolute path (the XDG specification's rule for a
 /// relative `XDG_RUNTIME_DIR`: ignore it).
-fn absolute_var(name: &str) -> Option<PathBuf> {
+fn absolute_var(name: &str) -> Option<OsString> {
     let value = std::env::var_os(name)?;
     let mut path = value.as_bytes();
     while path.len() > 1 && path.ends_with(b"/") {
         path = &path[..path.len() - 1];
     }
-    if !path.starts_with(b"/") {
-        return None;
-    }
-    Some(PathBuf::from(OsStr::from_bytes(path)))
+    path.starts_with(b"/")
+        .then(|| OsStr::from_bytes(path).to_os_string())
 }
 
-/// Why a directory may not hold an app's endpoint for a user.
-#[cfg_attr(not(feature = "host"), allow(dead_code))] // the host says why
-pub(crate) enum DirFault {
-    /// It cannot be looked at (it does not exist, say).
-    Unreadable(io::Error),
-    /// It is not a directory, or is a symbolic link to one.
-    NotADirectory,
-    /// It belongs to this other uid.
-    Owner(u32),
-    /// Group or others may write in it (its mode).
-    Writable(u32),
-}
-
-/// What keeps `dir` from holding an app's endpoint for `uid`, if anything:
-/// it must be a directory itself (not a link), owned by `uid`, and not
-/// writable by group or others (who could rename the socket away and put
-/// theirs in its place).
-pub(crate) fn private_dir_fault(dir: &Path, uid: u32) -> Option<DirFault> {
-    let metadata = match fs::symlink_metadata(dir) {
-        Ok(metadata) => metadata,
-        Err(e) => return Some(DirFault::Unreadable(e)),
-    };
-    if !metadata.is_dir() {
-        Some(DirFault::NotADirectory)
-    } else if metadata.uid() != uid {
-        Some(DirFault::Owner(metadata.uid()))
-    } else if metadata.mode() & 0o022 != 0 {
-        Some(DirFault::Writable(metadata.mode() & 0o7777))
-    } else {
-        None
+/// Whether `dir` may hold an app's endpoint for `uid`: a directory itself
+/// (not a link to one), owned by `uid`, that group and others may not write
+/// (or they could rename the socket away and put theirs in its place).
+pub(crate) fn is_private_dir(dir: &Path, uid: u32) -> bool {
+    match fs::symlink_metadata(dir) {
+        Ok(m) => m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0,
+        Err(_) => false,
     }
 }
 
@@ -334,20 +309,25 @@ pub(crate) fn prepare_app_endpoint(endpoint: &Path) -> io::Result<()> {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        let why = match private_dir_fault(dir, uid) {
-            None => continue,
-            Some(DirFault::Unreadable(e)) => return Err(e),
-            Some(DirFault::NotADirectory) => "is not a directory (or is a symbolic link)".into(),
-            Some(DirFault::Owner(owner)) => format!(
+        if is_private_dir(dir, uid) {
+            continue;
+        }
+        let metadata = fs::symlink_metadata(dir)?;
+        let why = if !metadata.is_dir() {
+            "is not a directory (or is a symbolic link)".to_string()
+        } else if metadata.uid() != uid {
+            format!(
                 "belongs to uid {}, not to you (uid {}); someone else created it: \
                  remove it, or run where XDG_RUNTIME_DIR is a directory of yours",
-                owner, uid
-            ),
-            Some(DirFault::Writable(mode)) => format!(
+                metadata.uid(),
+                uid
+            )
+        } else {
+            format!(
                 "may be written by group or others (mode {:o}), who could put their \
                  own socket in place of yours: chmod go-w it",
-                mode
-            ),
+                metadata.mode() & 0o7777
+            )
         };
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
