@@ -75,7 +75,7 @@ pub fn handshake(project: Option<String>, requester: Option<String>) -> Handshak
     learn(
         project,
         requester,
-        |name| std::env::var_os(name),
+        &|name| std::env::var_os(name),
         || std::env::current_dir().ok(),
         parent_process,
     )
@@ -88,32 +88,35 @@ pub fn handshake(project: Option<String>, requester: Option<String>) -> Handshak
 fn learn(
     project: Option<String>,
     requester: Option<String>,
-    var: impl Fn(&str) -> Option<OsString>,
-    cwd: impl FnOnce() -> Option<PathBuf>,
-    parent: impl FnOnce() -> Option<u32>,
+    var: &dyn Fn(&str) -> Option<OsString>,
+    cwd: fn() -> Option<PathBuf>,
+    parent: fn() -> Option<u32>,
 ) -> Handshake {
     let mut handshake = Handshake::default();
-    let project = match project {
-        Some(told) => Some((told, None)),
-        None => first(&var, PROJECT_VARIABLES)
+    (handshake.project, handshake.project_from) = pick(project, &|| {
+        first(var, PROJECT_VARIABLES)
             .or_else(|| Some((text(cwd()?.into_os_string())?, FROM_WORKING_DIRECTORY)))
-            .map(|(value, from)| (value, Some(from.to_string()))),
-    };
-    if let Some((value, from)) = project {
-        handshake.project = value;
-        handshake.project_from = from;
-    }
-    let requester = match requester {
-        Some(told) => Some((told, None)),
-        None => first(&var, REQUESTER_VARIABLES)
+    });
+    (handshake.requester, handshake.requester_from) = pick(requester, &|| {
+        first(var, REQUESTER_VARIABLES)
             .or_else(|| Some((parent()?.to_string(), FROM_PARENT_PROCESS)))
-            .map(|(value, from)| (value, Some(from.to_string()))),
-    };
-    if let Some((value, from)) = requester {
-        handshake.requester = value;
-        handshake.requester_from = from;
-    }
+    });
     handshake
+}
+
+/// A handshake field and where it came from: `told` if given, else what
+/// `learn` finds, else nothing.
+fn pick(
+    told: Option<String>,
+    learn: &dyn Fn() -> Option<(String, &'static str)>,
+) -> (String, Option<String>) {
+    match told.map(|value| (value, None)).or_else(|| {
+        let (value, from) = learn()?;
+        Some((value, Some(from.to_string())))
+    }) {
+        Some(field) => field,
+        None => (String::new(), None),
+    }
 }
 
 /// The first of the variables `names` that has a value, and its name.
@@ -155,7 +158,7 @@ mod tests {
         learn(
             project.map(String::from),
             requester.map(String::from),
-            |name| {
+            &|name| {
                 vars.iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, v)| OsString::from(v))
@@ -204,7 +207,7 @@ mod tests {
 
     #[test]
     fn nothing_to_learn_leaves_the_fields_empty() {
-        let h = learn(None, None, |_| None, || None, || None);
+        let h = learn(None, None, &|_| None, || None, || None);
         assert_eq!(h, Handshake::default());
     }
 }

@@ -210,8 +210,9 @@ pub(super) fn endpoint_or_app(
         (Some(_), Some(_)) => Err(UsageError(
             "options '--endpoint' and '--app' cannot be used together".into(),
         )),
-        (None, Some(app)) => mcp_bridge::endpoint::for_app(app)
-            .map_err(|e| UsageError(format!("'--app': {}", mcp_bridge::error_chain(&e)))),
+        (None, Some(app)) => {
+            mcp_bridge::endpoint::for_app(app).map_err(|e| UsageError(format!("'--app': {}", e)))
+        }
         (Some(endpoint), None) if !endpoint.is_empty() => Ok(PathBuf::from(endpoint)),
         (Some(_), None) => Err(UsageError("option '--endpoint' must not be empty".into())),
         (None, None) => Err(UsageError(

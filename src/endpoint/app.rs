@@ -89,8 +89,9 @@ pub fn for_app(name: &str) -> Result<PathBuf, AppNameError> {
         name: name.to_string(),
         fault,
     };
-    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-';
-    if let Some(c) = name.chars().find(|&c| !allowed(c)) {
+    let allowed = |b: &u8| b.is_ascii_alphanumeric() || b"._-".contains(b);
+    if let Some(at) = name.bytes().position(|b| !allowed(&b)) {
+        let c = name[at..].chars().next().unwrap_or_default();
         return Err(fault(Fault::Char(c)));
     }
     match name.as_bytes().first() {
@@ -162,26 +163,19 @@ impl fmt::Display for AppNameError {
                 path.as_os_str().len(),
                 platform::MAX_APP_ENDPOINT
             ),
+            // Its OS error is said here, as there is no chain to follow.
             #[cfg(windows)]
-            Fault::Unidentified(_) => write!(
+            Fault::Unidentified(e) => write!(
                 f,
                 "cannot name the endpoint of app {:?}: the user this process runs as \
-                 cannot be told",
-                name
+                 cannot be told ({})",
+                name, e
             ),
         }
     }
 }
 
-impl std::error::Error for AppNameError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.fault {
-            #[cfg(windows)]
-            Fault::Unidentified(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+impl std::error::Error for AppNameError {}
 
 #[cfg(test)]
 mod tests {

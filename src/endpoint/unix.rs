@@ -246,29 +246,28 @@ pub(super) const MAX_APP_ENDPOINT: usize = MAX_PATH_BYTES;
 /// directories that is theirs, or the fallback in `/tmp` (see `app.rs`).
 pub(super) fn app_endpoint(name: &str) -> PathBuf {
     let uid = rustix::process::geteuid().as_raw();
-    let mut path = runtime_dirs(uid)
-        .into_iter()
-        .flatten()
-        .find(|dir| is_private_dir(Path::new(dir), uid))
-        .unwrap_or_else(|| format!("/tmp/mcp-bridge-{}", uid).into());
+    let mut path = runtime_dir(uid)
+        .unwrap_or_else(|| OsString::from(format!("/tmp/mcp-bridge-{}", uid)));
     for part in ["/", name, "/mcp.sock"] {
         path.push(part);
     }
     path.into()
 }
 
-/// Where an app's endpoint directory goes, best first, before the fallback.
+/// The user's runtime directory, if they have one of their own:
+/// `$XDG_RUNTIME_DIR`, else `/run/user/<uid>`, what systemd makes it.
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-fn runtime_dirs(uid: u32) -> [Option<OsString>; 2] {
-    [
-        absolute_var("XDG_RUNTIME_DIR"),
-        Some(format!("/run/user/{}", uid).into()),
-    ]
+fn runtime_dir(uid: u32) -> Option<OsString> {
+    let own = |dir: &OsString| is_private_dir(Path::new(dir), uid);
+    absolute_var("XDG_RUNTIME_DIR")
+        .filter(own)
+        .or_else(|| Some(OsString::from(format!("/run/user/{}", uid))).filter(own))
 }
 
+/// The user's own temporary directory, `$TMPDIR` (`/var/folders/...`).
 #[cfg(any(target_os = "macos", target_os = "ios"))]
-fn runtime_dirs(_uid: u32) -> [Option<OsString>; 1] {
-    [absolute_var("TMPDIR")]
+fn runtime_dir(uid: u32) -> Option<OsString> {
+    absolute_var("TMPDIR").filter(|dir| is_private_dir(Path::new(dir), uid))
 }
 
 /// The directory named by the variable `name`, without its trailing `/`;
