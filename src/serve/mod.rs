@@ -2,7 +2,9 @@
 //! per connection.
 //!
 //! Each bridge that connects gets its own run of the command, with the
-//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER`, and its
+//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER` (and, for
+//! values the bridge learned from its CLI, where from, in
+//! `MCP_BRIDGE_PROJECT_FROM` and `MCP_BRIDGE_REQUESTER_FROM`), and its
 //! connection relayed to the child's stdin and from its stdout by the same
 //! [`relay`] the bridge itself uses. The listening side is
 //! [`host::Listener`], so only this user gets in.
@@ -572,22 +574,36 @@ async fn serve_connection(
 /// The handshake field that cannot be put in an environment variable (an
 /// OS string ends at its first NUL), if any.
 fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
+    let nul = |from: &Option<String>| from.as_deref().map_or(false, |f| f.contains('\0'));
     if handshake.requester.contains('\0') {
         Some("requester")
     } else if handshake.project.contains('\0') {
         Some("project")
+    } else if nul(&handshake.project_from) || nul(&handshake.requester_from) {
+        Some("identity's origin")
     } else {
         None
     }
 }
 
-/// The command for one connection, its identity in the environment.
+/// The command for one connection, its identity in the environment, and
+/// where the bridge learned it, when it did (`MCP_BRIDGE_PROJECT_FROM`,
+/// `MCP_BRIDGE_REQUESTER_FROM`; never inherited from serve's own).
 fn child_command(handshake: &Handshake, config: &Config) -> std::process::Command {
     let mut command = std::process::Command::new(&config.program);
     command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
         .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
+    for (name, from) in [
+        ("MCP_BRIDGE_PROJECT_FROM", &handshake.project_from),
+        ("MCP_BRIDGE_REQUESTER_FROM", &handshake.requester_from),
+    ] {
+        match from {
+            Some(from) => command.env(name, from),
+            None => command.env_remove(name),
+        };
+    }
     command
 }
 
@@ -855,5 +871,8 @@ mod tests {
             unpassable_field(&Handshake::new("\0", "r")),
             Some("project")
         );
+        let mut learned = Handshake::new("p", "r");
+        learned.requester_from = Some("a\0b".into());
+        assert_eq!(unpassable_field(&learned), Some("identity's origin"));
     }
 }
