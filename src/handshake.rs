@@ -259,7 +259,10 @@ mod tests {
         {
             assert_eq!(Handshake::parse(line.as_bytes()).unwrap(), h);
             let e = Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"project_from\":1}");
-            assert!(e.unwrap_err().to_string().contains("'project_from' is not a string"));
+            assert!(e
+                .unwrap_err()
+                .to_string()
+                .contains("'project_from' is not a string"));
         }
     }
 

@@ -110,13 +110,12 @@ fn pick(
     told: Option<String>,
     learn: &dyn Fn() -> Option<(String, &'static str)>,
 ) -> (String, Option<String>) {
-    match told.map(|value| (value, None)).or_else(|| {
-        let (value, from) = learn()?;
-        Some((value, Some(from.to_string())))
-    }) {
-        Some(field) => field,
-        None => (String::new(), None),
-    }
+    told.map(|value| (value, None))
+        .or_else(|| {
+            let (value, from) = learn()?;
+            Some((value, Some(from.to_string())))
+        })
+        .unwrap_or_default()
 }
 
 /// The first of the variables `names` that has a value, and its name.
@@ -150,11 +149,7 @@ fn parent_process() -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn with(
-        project: Option<&str>,
-        requester: Option<&str>,
-        vars: &[(&str, &str)],
-    ) -> Handshake {
+    fn with(project: Option<&str>, requester: Option<&str>, vars: &[(&str, &str)]) -> Handshake {
         learn(
             project.map(String::from),
             requester.map(String::from),
@@ -178,7 +173,10 @@ mod tests {
                 ("CLAUDE_CODE_SESSION_ID", "5f1c"),
             ],
         );
-        assert_eq!((h.project.as_str(), h.requester.as_str()), ("/home/me/proj", "5f1c"));
+        assert_eq!(
+            (h.project.as_str(), h.requester.as_str()),
+            ("/home/me/proj", "5f1c")
+        );
         assert_eq!(h.project_from.as_deref(), Some("CLAUDE_PROJECT_DIR"));
         assert_eq!(h.requester_from.as_deref(), Some("CLAUDE_CODE_SESSION_ID"));
     }
@@ -187,7 +185,10 @@ mod tests {
     #[test]
     fn without_variables_the_directory_and_the_parent_stand_in() {
         let h = with(None, None, &[("CLAUDE_PROJECT_DIR", "")]);
-        assert_eq!((h.project.as_str(), h.requester.as_str()), ("/work/proj", "4242"));
+        assert_eq!(
+            (h.project.as_str(), h.requester.as_str()),
+            ("/work/proj", "4242")
+        );
         assert_eq!(h.project_from.as_deref(), Some("cwd"));
         assert_eq!(h.requester_from.as_deref(), Some("ppid"));
     }

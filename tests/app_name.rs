@@ -10,13 +10,12 @@
 
 mod support;
 
-use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use support::{wait_output, TempDir, BIN};
+use support::{TempDir, BIN};
 
 /// The variables the endpoint rule and the identity read. Each test sets
 /// the ones it means, so the test's own environment (a CI job run from an
@@ -55,8 +54,9 @@ fn clean<'a>(command: &'a mut Command, runtime: Option<&Path>) -> &'a mut Comman
 fn base_without_variables() -> PathBuf {
     let uid = rustix::process::geteuid().as_raw();
     let run = PathBuf::from(format!("/run/user/{}", uid));
-    let theirs = fs::symlink_metadata(&run)
-        .map_or(false, |m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0);
+    let theirs = fs::symlink_metadata(&run).map_or(false, |m| {
+        m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0
+    });
     if theirs && !cfg!(target_os = "macos") {
         run
     } else {
@@ -67,6 +67,7 @@ fn base_without_variables() -> PathBuf {
 /// Runs `bridge` (a plain relay, see [`bridge`]) to its end, its stdin
 /// piped and held open so that only the app can end it, and checks that it
 /// exits 0; returns its first stdout line and its stderr.
+#[cfg(any(feature = "serve", feature = "host"))]
 fn first_line(mut bridge: Command) -> (String, String) {
     let mut child = bridge
         .stdin(Stdio::piped())
@@ -75,7 +76,7 @@ fn first_line(mut bridge: Command) -> (String, String) {
         .spawn()
         .unwrap();
     let stdin = child.stdin.take();
-    let out = wait_output(child, "the bridge");
+    let out = support::wait_output(child, "the bridge");
     drop(stdin);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -96,6 +97,8 @@ fn bridge(app: &str, runtime: Option<&Path>, extra: &[&str]) -> Command {
 #[cfg(feature = "serve")]
 mod serve {
     use super::*;
+    use std::ffi::OsStr;
+    use std::os::unix::fs::PermissionsExt;
     use support::{serve_program, Serve, Stderr};
 
     /// A command that says what serve told it, then ends (which ends the
@@ -146,7 +149,12 @@ mod serve {
         let base = base_without_variables();
         let socket = base.join(&app).join("mcp.sock");
         let serve = serve_app(&app, None, &socket);
-        assert_eq!(fs::metadata(&base).unwrap().mode() & 0o022, 0, "{}", base.display());
+        assert_eq!(
+            fs::metadata(&base).unwrap().mode() & 0o022,
+            0,
+            "{}",
+            base.display()
+        );
 
         let mut cli = bridge(&app, None, &["--project", "p1", "--requester", "agent-7"]);
         cli.env("CLAUDE_PROJECT_DIR", "/home/ana/shop")
@@ -198,7 +206,7 @@ mod serve {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
-            let out = wait_output(program.spawn().unwrap(), "serve");
+            let out = support::wait_output(program.spawn().unwrap(), "serve");
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{}", stderr);
             assert!(stderr.contains(needle), "{}", stderr);
@@ -335,7 +343,11 @@ fn the_library_host_binds_what_the_bridge_looks_for() {
     let bridge = std::thread::spawn(move || first_line(cli));
     let handshake = smol::block_on(support::within("the bridge", async {
         let mut connection = listener.accept().await.unwrap();
-        connection.writer.write_all(b"{\"hello\":1}\n").await.unwrap();
+        connection
+            .writer
+            .write_all(b"{\"hello\":1}\n")
+            .await
+            .unwrap();
         connection.handshake
     }));
     assert_eq!(handshake.requester, "s-host");

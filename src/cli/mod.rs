@@ -25,9 +25,9 @@ mod usage_bridge;
 
 use args::{endpoint_or_app, once, Arg, Parser};
 use mcp_bridge::bridge;
-use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "doctor")]
 use mcp_bridge::doctor;
+use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "serve")]
 use mcp_bridge::serve;
 #[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
@@ -53,6 +53,9 @@ const LOG_ENV: &str = "MCP_BRIDGE_LOG";
 type Identify = fn(Option<String>, Option<String>) -> Handshake;
 
 /// What the user asked for.
+// One per run, moved once: a box for the bridge's larger configuration
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Command {
     /// Print the usage text on stdout.

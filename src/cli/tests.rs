@@ -197,9 +197,15 @@ fn app_names_the_endpoint_for_every_command() {
     let config = bridge(&["--app", "myapp"]);
     assert_eq!(config, bridge::Config::new(&endpoint));
     #[cfg(unix)]
-    assert!(endpoint.ends_with("myapp/mcp.sock"), "{}", endpoint.display());
+    assert!(
+        endpoint.ends_with("myapp/mcp.sock"),
+        "{}",
+        endpoint.display()
+    );
     #[cfg(windows)]
-    assert!(endpoint.to_string_lossy().starts_with(r"\\.\pipe\myapp-S-1-"));
+    assert!(endpoint
+        .to_string_lossy()
+        .starts_with(r"\\.\pipe\myapp-S-1-"));
     #[cfg(feature = "serve")]
     {
         let config = serve(&["--app=myapp", "--", "cat"]);
@@ -231,7 +237,11 @@ fn endpoint_may_be_non_utf8_but_ids_may_not() {
     let mut inline = OsString::from("--endpoint=");
     inline.push(&path);
     for args in [vec!["--endpoint".into(), path.clone()], vec![inline]] {
-        match parse_with_env([vec![OsString::from("mcp-server")], args].concat(), None, told) {
+        match parse_with_env(
+            [vec![OsString::from("mcp-server")], args].concat(),
+            None,
+            told,
+        ) {
             Ok(Command::Bridge(c)) => {
                 assert_eq!(c.endpoint.as_os_str().as_bytes(), path.as_bytes())
             }
@@ -287,7 +297,12 @@ fn serve_takes_everything_after_the_separator() {
 #[test]
 fn the_log_flag_wins_over_the_variable() {
     let with_env = |args: &[&str], env: Option<&str>| {
-        parse_with_env(args.iter().map(OsString::from), env.map(OsString::from), told).unwrap()
+        parse_with_env(
+            args.iter().map(OsString::from),
+            env.map(OsString::from),
+            told,
+        )
+        .unwrap()
     };
     let bridge_log = |command| match command {
         Command::Bridge(config) => config.log,

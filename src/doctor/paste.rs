@@ -453,8 +453,12 @@ mod tests {
             portable.mcp_json["mcpServers"]["myapp"]["args"],
             serde_json::json!(["mcp-server", "--app", "myapp"])
         );
-        assert!(portable.codex_toml.contains("args = ['mcp-server', '--app', 'myapp']"));
-        assert!(portable.to_text().contains("the same for every user and OS"));
+        assert!(portable
+            .codex_toml
+            .contains("args = ['mcp-server', '--app', 'myapp']"));
+        assert!(portable
+            .to_text()
+            .contains("the same for every user and OS"));
         assert_eq!(portable.to_json()["portable"], true);
         let pinned = Snippets::for_shell("myapp", EXE, args("--endpoint", PIPE), Shell::Windows);
         assert!(!pinned.portable);

@@ -519,7 +519,11 @@ fn snippets(config: &Config, server_name: Option<&str>) -> Snippets {
     let handshake = &config.handshake;
     for (flag, value, learned) in [
         ("--project", &handshake.project, &handshake.project_from),
-        ("--requester", &handshake.requester, &handshake.requester_from),
+        (
+            "--requester",
+            &handshake.requester,
+            &handshake.requester_from,
+        ),
     ] {
         if !value.is_empty() && learned.is_none() {
             option(flag, value.clone());

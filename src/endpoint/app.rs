@@ -142,7 +142,11 @@ impl fmt::Display for AppNameError {
                  '-' may be in it",
                 name,
                 c,
-                if c.is_control() { " (a control character)" } else { "" }
+                if c.is_control() {
+                    " (a control character)"
+                } else {
+                    ""
+                }
             ),
             Fault::Start => write!(
                 f,
@@ -209,7 +213,12 @@ mod tests {
 
     #[test]
     fn good_names_are_taken() {
-        for name in ["myapp", "com.example.my-app_2", "A", &"x".repeat(MAX_APP_NAME)] {
+        for name in [
+            "myapp",
+            "com.example.my-app_2",
+            "A",
+            &"x".repeat(MAX_APP_NAME),
+        ] {
             let endpoint = for_app(name).unwrap();
             assert!(
                 endpoint.to_string_lossy().contains(name),

@@ -246,8 +246,8 @@ pub(super) const MAX_APP_ENDPOINT: usize = MAX_PATH_BYTES;
 /// directories that is theirs, or the fallback in `/tmp` (see `app.rs`).
 pub(super) fn app_endpoint(name: &str) -> PathBuf {
     let uid = rustix::process::geteuid().as_raw();
-    let mut path = runtime_dir(uid)
-        .unwrap_or_else(|| OsString::from(format!("/tmp/mcp-bridge-{}", uid)));
+    let mut path =
+        runtime_dir(uid).unwrap_or_else(|| OsString::from(format!("/tmp/mcp-bridge-{}", uid)));
     for part in ["/", name, "/mcp.sock"] {
         path.push(part);
     }
