@@ -253,6 +253,11 @@ mod tests {
         errors.push(Box::new(
             crate::handshake::Handshake::parse(b"[]").unwrap_err(),
         ));
+        for name in ["", "a/b", "..", "x\u{1b}", &"x".repeat(40)] {
+            errors.push(Box::new(crate::endpoint::for_app(name).unwrap_err()));
+            #[cfg(feature = "host")]
+            errors.push(Box::new(crate::host::Listener::bind_app(name).unwrap_err()));
+        }
 
         for error in &errors {
             let line = crate::error_chain(&**error);

@@ -358,7 +358,18 @@ fn busy_pipe_waits_then_connects() {
         let first = endpoint::connect(Path::new(&pipe), HANG_GUARD)
             .await
             .unwrap();
-        let mut bridge = Bridge::spawn(&pipe, &["--connect-timeout", "20", "--project", "p"]);
+        // The requester given empty: not learned (explicit options win).
+        let mut bridge = Bridge::spawn(
+            &pipe,
+            &[
+                "--connect-timeout",
+                "20",
+                "--project",
+                "p",
+                "--requester",
+                "",
+            ],
+        );
         // Accepting the first client readies the next instance; the bridge
         // connecting to it, and exiting cleanly, shows it waited rather
         // than giving up on the busy pipe.
@@ -552,7 +563,7 @@ fn a_cancelled_accept_leaves_the_pipe_listening() {
             .expect("the pipe still has its instance");
         let taken = listener.accept().await.unwrap();
 
-        let mut bridge = Bridge::spawn(&pipe, &["--project", "after-cancel"]);
+        let mut bridge = Bridge::spawn(&pipe, &["--project", "after-cancel", "--requester", ""]);
         let (handshake, requests, mut replies) = accept_bridge(&listener).await;
         assert_eq!(handshake, Handshake::new("after-cancel", ""));
         // One line, so the close is an end and not a refusal.
@@ -1375,7 +1386,8 @@ fn serve_and_the_bridge_meet_on_the_app_pipe() {
 #[test]
 fn bad_app_names_are_usage_errors() {
     for (name, needle) in [
-        (r"..\UNC\host", "must start with a letter or digit"),
+        (r"..\UNC\host", "contains '\\\\'"),
+        ("..", "must start with a letter or digit"),
         (r"a\b", "contains '\\\\'"),
         ("a/b", "contains '/'"),
         ("", "the app name is empty"),
