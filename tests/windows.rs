@@ -1334,7 +1334,7 @@ fn an_app_name_is_one_pipe_for_the_host_and_the_bridge() {
     let prefix = format!(r"\\.\pipe\{}-S-1-", app);
     assert!(pipe.starts_with(&prefix), "{}", pipe);
     assert_eq!(endpoint::for_app(&app).unwrap(), listener.endpoint());
-    let bridge = app_bridge(&app);
+    let mut bridge = app_bridge(&app);
     run(async {
         let connection = listener.accept().await.unwrap();
         let handshake = &connection.handshake;
@@ -1346,7 +1346,14 @@ fn an_app_name_is_one_pipe_for_the_host_and_the_bridge() {
         assert_eq!(handshake.project_from.as_deref(), Some("cwd"));
         let cwd = std::env::current_dir().unwrap();
         assert_eq!(handshake.project, cwd.to_string_lossy());
-        drop(connection);
+        // A line, so that the hang-up after it is an end, not a refusal.
+        let mut writer = connection.writer;
+        writer.write_all(b"{\"hello\":1}\n").await.unwrap();
+        writer.flush().await.unwrap();
+        let mut out = bridge.stdout_lines();
+        let line = out.next().await.expect("a line").unwrap();
+        assert_eq!(line, "{\"hello\":1}");
+        drop((writer, connection.reader));
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
     });
