@@ -101,10 +101,11 @@ mod serve {
     use std::os::unix::fs::PermissionsExt;
     use support::{serve_program, Serve, Stderr};
 
-    /// A command that says what serve told it, then ends (which ends the
-    /// connection, and the plain relay with it).
+    /// A command that says what serve told it (`given` for an origin
+    /// left empty), then ends, which ends the connection, and the plain
+    /// relay with it.
     const SAY_WHO: &str = "echo \"$MCP_BRIDGE_PROJECT|$MCP_BRIDGE_REQUESTER|\
-        ${MCP_BRIDGE_PROJECT_FROM-unset}|${MCP_BRIDGE_REQUESTER_FROM-unset}\"";
+        ${MCP_BRIDGE_PROJECT_FROM:-given}|${MCP_BRIDGE_REQUESTER_FROM:-given}\"";
 
     /// `serve --app <app> -- sh -c SAY_WHO`, once the socket is there.
     fn serve_app(app: &str, runtime: Option<&Path>, socket: &Path) -> Serve {
@@ -160,7 +161,7 @@ mod serve {
         cli.env("CLAUDE_PROJECT_DIR", "/home/ana/shop")
             .env("CLAUDE_CODE_SESSION_ID", "5f1c-session");
         let (line, _) = first_line(cli);
-        assert_eq!(line, "p1|agent-7|unset|unset");
+        assert_eq!(line, "p1|agent-7|given|given");
         drop(serve);
         let _ = fs::remove_dir(base.join(&app));
     }
@@ -183,10 +184,10 @@ mod serve {
         let me = std::process::id();
         assert_eq!(line, format!("{}|{}|cwd|ppid", project.display(), me));
 
-        let mut half = bridge(&app, Some(&runtime.0), &["--project", "given"]);
+        let mut half = bridge(&app, Some(&runtime.0), &["--project", "p2"]);
         half.env("CLAUDE_CODE_SESSION_ID", "s-2");
         let (line, _) = first_line(half);
-        assert_eq!(line, "given|s-2|unset|CLAUDE_CODE_SESSION_ID");
+        assert_eq!(line, "p2|s-2|given|CLAUDE_CODE_SESSION_ID");
     }
 
     /// serve refuses to bind in an app directory that others may write (or,

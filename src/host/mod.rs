@@ -213,7 +213,13 @@ impl Listener {
     /// # Ok::<(), mcp_bridge::host::BindError>(())
     /// ```
     pub fn bind_with(endpoint: impl AsRef<Path>, options: Options) -> Result<Listener, BindError> {
-        let endpoint = endpoint.as_ref();
+        Listener::bind_path(endpoint.as_ref(), options)
+    }
+
+    /// [`Listener::bind_with`] past its generic argument: one copy however
+    /// many ways a caller binds (`serve` binds a path or an app's endpoint).
+    #[inline(never)]
+    fn bind_path(endpoint: &Path, options: Options) -> Result<Listener, BindError> {
         let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
             endpoint: endpoint.to_path_buf(),
             source,

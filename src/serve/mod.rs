@@ -2,8 +2,8 @@
 //! per connection.
 //!
 //! Each bridge that connects gets its own run of the command, with the
-//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER` (and, for
-//! values the bridge learned from its CLI, where from, in
+//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER` (and where
+//! the bridge learned them from its CLI, if it did, in
 //! `MCP_BRIDGE_PROJECT_FROM` and `MCP_BRIDGE_REQUESTER_FROM`), and its
 //! connection relayed to the child's stdin and from its stdout by the same
 //! [`relay`] the bridge itself uses. The listening side is
@@ -587,23 +587,24 @@ fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
 }
 
 /// The command for one connection, its identity in the environment, and
-/// where the bridge learned it, when it did (`MCP_BRIDGE_PROJECT_FROM`,
-/// `MCP_BRIDGE_REQUESTER_FROM`; never inherited from serve's own).
+/// where the bridge learned it (`MCP_BRIDGE_PROJECT_FROM`,
+/// `MCP_BRIDGE_REQUESTER_FROM`), empty when it was given; set either way,
+/// so that serve's own are never inherited.
 fn child_command(handshake: &Handshake, config: &Config) -> std::process::Command {
+    let given = String::new();
     let mut command = std::process::Command::new(&config.program);
     command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
-        .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
-    for (name, from) in [
-        ("MCP_BRIDGE_PROJECT_FROM", &handshake.project_from),
-        ("MCP_BRIDGE_REQUESTER_FROM", &handshake.requester_from),
-    ] {
-        match from {
-            Some(from) => command.env(name, from),
-            None => command.env_remove(name),
-        };
-    }
+        .env("MCP_BRIDGE_REQUESTER", &handshake.requester)
+        .env(
+            "MCP_BRIDGE_PROJECT_FROM",
+            handshake.project_from.as_ref().unwrap_or(&given),
+        )
+        .env(
+            "MCP_BRIDGE_REQUESTER_FROM",
+            handshake.requester_from.as_ref().unwrap_or(&given),
+        );
     command
 }
 
