@@ -82,9 +82,17 @@ impl Bridge {
     }
 
     fn surviving(pipe: &str, extra: &[&str]) -> Bridge {
-        let mut child = Command::new(BIN)
-            .args(["mcp-server", "--endpoint", pipe])
-            .args(extra)
+        Bridge::start(
+            Command::new(BIN)
+                .args(["mcp-server", "--endpoint", pipe])
+                .args(extra),
+        )
+    }
+
+    /// Starts `command` (the bridge, with its arguments) with every stdio
+    /// piped.
+    fn start(command: &mut Command) -> Bridge {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -1305,22 +1313,12 @@ fn unique_app(tag: &str) -> String {
 /// `mcp-server --app <app> --no-reconnect`, the identity left to what the
 /// "CLI" passes: Claude Code's session variable, and the working directory.
 fn app_bridge(app: &str) -> Bridge {
-    let mut child = Command::new(BIN)
-        .args(["mcp-server", "--app", app, "--no-reconnect"])
-        .env_remove("CLAUDE_PROJECT_DIR")
-        .env("CLAUDE_CODE_SESSION_ID", "win-session")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the bridge");
-    let stdin = child.stdin.take().map(Unblock::new);
-    let stdout = child.stdout.take().map(Unblock::new);
-    Bridge {
-        child: Some(child),
-        stdin,
-        stdout,
-    }
+    Bridge::start(
+        Command::new(BIN)
+            .args(["mcp-server", "--app", app, "--no-reconnect"])
+            .env_remove("CLAUDE_PROJECT_DIR")
+            .env("CLAUDE_CODE_SESSION_ID", "win-session"),
+    )
 }
 
 /// The Windows rule: `--app` is the pipe `\\.\pipe\<NAME>-<SID>` of this
