@@ -22,8 +22,10 @@ cd "$(dirname "$0")/.."
 # once a build meets its target, its ceiling is the target.
 BRIDGE_ONLY_TARGET=430000
 FULL_TARGET=800000
-BRIDGE_ONLY_LIMIT=460000
-FULL_LIMIT=855000
+# Issue 31 (`--app`, identity from the CLI) added 6.6 KB to the bridge-only
+# build and 10.6 KB to the full one; the ceilings moved by as much.
+BRIDGE_ONLY_LIMIT=466500
+FULL_LIMIT=865500
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's
@@ -43,7 +45,7 @@ COMBINATIONS=(
 
 # The tests that are the bridge's own: each must pass against the
 # bridge-only binary as against the full one.
-BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test trust --test stdio_kinds)
+BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test trust --test stdio_kinds --test app_name)
 
 # Builds one release binary with `features` (word-split on purpose) and
 # checks its size against the ceiling `limit`; prints the size and how far

@@ -10,7 +10,11 @@
 //!
 //! It is a separate line, so a host reads exactly one line, parses it with
 //! [`Handshake::parse`], and hands the rest of the stream, untouched, to its
-//! MCP server. Both values are JSON strings escaped the way `serde_json`
+//! MCP server. A value the bridge learned from the CLI rather than from
+//! `--project` or `--requester` ([`identity`](crate::identity)) says where
+//! it came from in an optional field (`"project_from":"CLAUDE_PROJECT_DIR"`),
+//! present only then, so a host that reads only `project` and `requester`
+//! sees what it always saw. Both values are JSON strings escaped the way `serde_json`
 //! escapes them, so any id (quotes, newlines, non-ASCII) stays on one line
 //! and round-trips exactly.
 //!
@@ -41,6 +45,18 @@ pub struct Handshake {
     /// `"resumed":true`, and only then, so hosts that ignore unknown fields
     /// see the same line as before.
     pub resumed: bool,
+    /// Where [`project`](Self::project) came from when the bridge learned
+    /// it rather than being told: the environment variable's name
+    /// (`CLAUDE_PROJECT_DIR`), or `cwd` for the working directory (see
+    /// [`identity`](crate::identity)). `None` when it was given
+    /// (`--project`), or is empty. Sent as `"project_from"`, only when set.
+    pub project_from: Option<String>,
+    /// Where [`requester`](Self::requester) came from when the bridge
+    /// learned it: the variable's name (`CLAUDE_CODE_SESSION_ID`), or
+    /// `ppid` for the process that started the bridge. `None` when it was
+    /// given (`--requester`), or is empty. Sent as `"requester_from"`, only
+    /// when set.
+    pub requester_from: Option<String>,
 }
 
 /// Why a handshake line was rejected by [`Handshake::parse`].
@@ -62,6 +78,8 @@ impl Handshake {
             project: project.into(),
             requester: requester.into(),
             resumed: false,
+            project_from: None,
+            requester_from: None,
         }
     }
 
@@ -79,6 +97,15 @@ impl Handshake {
         write_json_string(&mut line, &self.project);
         line.extend_from_slice(b",\"requester\":");
         write_json_string(&mut line, &self.requester);
+        for (name, from) in [
+            (&b",\"project_from\":"[..], &self.project_from),
+            (b",\"requester_from\":", &self.requester_from),
+        ] {
+            if let Some(from) = from {
+                line.extend_from_slice(name);
+                write_json_string(&mut line, from);
+            }
+        }
         if self.resumed {
             line.extend_from_slice(b",\"resumed\":true");
         }
@@ -89,8 +116,10 @@ impl Handshake {
     /// Parses one handshake line, as a host receives it.
     ///
     /// The trailing `\n` (and a `\r` before it) is optional. The line must be a
-    /// JSON object with string fields `project` and `requester`; other fields
-    /// are ignored, so bridges may add some later.
+    /// JSON object with string fields `project` and `requester`, and
+    /// optionally `project_from` and `requester_from` (strings) and
+    /// `resumed` (a boolean); other fields are ignored, so bridges may add
+    /// some later.
     ///
     /// ```
     /// use mcp_bridge::handshake::Handshake;
@@ -113,6 +142,11 @@ impl Handshake {
             Some(_) => Err(HandshakeError(format!("'{}' is not a string", name))),
             None => Err(HandshakeError(format!("'{}' is missing", name))),
         };
+        let from = |name: &str| match object.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(HandshakeError(format!("'{}' is not a string", name))),
+        };
         let resumed = match object.get("resumed") {
             None | Some(Value::Bool(false)) => false,
             Some(Value::Bool(true)) => true,
@@ -122,6 +156,8 @@ impl Handshake {
             project: field("project")?,
             requester: field("requester")?,
             resumed,
+            project_from: from("project_from")?,
+            requester_from: from("requester_from")?,
         })
     }
 }
@@ -164,6 +200,34 @@ mod tests {
             assert!(
                 Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"resumed\":1}").is_err()
             );
+        }
+    }
+
+    /// What the bridge learned rather than was told is said in optional
+    /// fields, only when there is something to say, and read back.
+    #[test]
+    fn learned_values_say_where_they_came_from() {
+        let mut h = Handshake::new("/home/me/p", "s-1");
+        h.project_from = Some("CLAUDE_PROJECT_DIR".into());
+        h.requester_from = Some("CLAUDE_CODE_SESSION_ID".into());
+        assert_eq!(
+            h.to_line(),
+            b"{\"project\":\"/home/me/p\",\"requester\":\"s-1\",\
+              \"project_from\":\"CLAUDE_PROJECT_DIR\",\
+              \"requester_from\":\"CLAUDE_CODE_SESSION_ID\"}\n"
+        );
+        h.requester_from = None;
+        h.resumed = true;
+        let line = String::from_utf8(h.to_line()).unwrap();
+        assert!(!line.contains("requester_from"), "{}", line);
+        #[cfg(feature = "host")]
+        {
+            assert_eq!(Handshake::parse(line.as_bytes()).unwrap(), h);
+            let e = Handshake::parse(b"{\"project\":\"p\",\"requester\":\"r\",\"project_from\":1}");
+            assert!(e
+                .unwrap_err()
+                .to_string()
+                .contains("'project_from' is not a string"));
         }
     }
 

@@ -4,8 +4,10 @@
 //! An MCP CLI (Claude Code, Codex CLI, Cursor, VS Code, Gemini CLI) can only
 //! *spawn* a stdio server. The app's server is already running and listens on a
 //! Unix domain socket (or a named pipe on Windows). The CLI therefore spawns
-//! `mcp-bridge mcp-server --endpoint <path>`, which connects, sends one identity
-//! line ([`handshake`]), and then relays bytes both ways without looking at them
+//! `mcp-bridge mcp-server --endpoint <path>` (or `--app <name>`, the same
+//! line for every user and OS: [`endpoint::for_app`]), which connects, sends
+//! one identity line ([`handshake`], learned from the CLI where not given:
+//! [`identity`]), and then relays bytes both ways without looking at them
 //! ([`relay`]).
 //!
 //! The same crate is also the app's toolkit for the rest of the job: the
@@ -89,6 +91,7 @@ pub mod handshake;
 #[cfg(feature = "host")]
 #[cfg_attr(not(feature = "serve"), allow(dead_code))] // parts only serve uses
 pub mod host;
+pub mod identity;
 #[cfg(any(feature = "serve", feature = "app-server"))]
 pub mod process;
 pub mod relay;
@@ -250,6 +253,11 @@ mod tests {
         errors.push(Box::new(
             crate::handshake::Handshake::parse(b"[]").unwrap_err(),
         ));
+        for name in ["", "a/b", "..", "x\u{1b}", &"x".repeat(40)] {
+            errors.push(Box::new(crate::endpoint::for_app(name).unwrap_err()));
+            #[cfg(feature = "host")]
+            errors.push(Box::new(crate::host::Listener::bind_app(name).unwrap_err()));
+        }
 
         for error in &errors {
             let line = crate::error_chain(&**error);

@@ -89,7 +89,7 @@ fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
         _ => return None,
     };
     match connect.io_error().kind() {
-        io::ErrorKind::NotFound => Some("is the app running, and is --endpoint right?"),
+        io::ErrorKind::NotFound => Some("is the app running, and is --endpoint or --app right?"),
         io::ErrorKind::TimedOut => Some("raise --connect-timeout if it is just slow to start"),
         _ => None,
     }

@@ -338,9 +338,12 @@ fn doctor_gives_up_on_a_host_that_never_answers_initialize() {
     let dir = TempDir::new("doctor-silent", 0o700);
     let socket = dir.socket();
     let host = Host::start(&socket, Behaviour::Silent);
+    // The identity given empty, so nothing is learned from this process.
     let output = doctor(&[
         "--endpoint",
         socket.to_str().unwrap(),
+        "--project=",
+        "--requester=",
         "--timeout",
         "0.5",
         "--json",
@@ -640,6 +643,8 @@ fn doctor_trusts_the_server_user_it_is_told_to() {
     let trusted = doctor(&[
         "--endpoint",
         endpoint,
+        "--project=",
+        "--requester=",
         "--trust-server-user",
         &NOBODY.to_string(),
         "--timeout",

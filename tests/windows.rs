@@ -82,9 +82,17 @@ impl Bridge {
     }
 
     fn surviving(pipe: &str, extra: &[&str]) -> Bridge {
-        let mut child = Command::new(BIN)
-            .args(["mcp-server", "--endpoint", pipe])
-            .args(extra)
+        Bridge::start(
+            Command::new(BIN)
+                .args(["mcp-server", "--endpoint", pipe])
+                .args(extra),
+        )
+    }
+
+    /// Starts `command` (the bridge, with its arguments) with every stdio
+    /// piped.
+    fn start(command: &mut Command) -> Bridge {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -358,7 +366,18 @@ fn busy_pipe_waits_then_connects() {
         let first = endpoint::connect(Path::new(&pipe), HANG_GUARD)
             .await
             .unwrap();
-        let mut bridge = Bridge::spawn(&pipe, &["--connect-timeout", "20", "--project", "p"]);
+        // The requester given empty: not learned (explicit options win).
+        let mut bridge = Bridge::spawn(
+            &pipe,
+            &[
+                "--connect-timeout",
+                "20",
+                "--project",
+                "p",
+                "--requester",
+                "",
+            ],
+        );
         // Accepting the first client readies the next instance; the bridge
         // connecting to it, and exiting cleanly, shows it waited rather
         // than giving up on the busy pipe.
@@ -552,7 +571,7 @@ fn a_cancelled_accept_leaves_the_pipe_listening() {
             .expect("the pipe still has its instance");
         let taken = listener.accept().await.unwrap();
 
-        let mut bridge = Bridge::spawn(&pipe, &["--project", "after-cancel"]);
+        let mut bridge = Bridge::spawn(&pipe, &["--project", "after-cancel", "--requester", ""]);
         let (handshake, requests, mut replies) = accept_bridge(&listener).await;
         assert_eq!(handshake, Handshake::new("after-cancel", ""));
         // One line, so the close is an end and not a refusal.
@@ -728,8 +747,20 @@ impl Serve {
         env: &[(&str, &str)],
         command: &[&str],
     ) -> (Serve, String) {
+        Serve::start_named(&["--endpoint", pipe], options, env, command)
+    }
+
+    /// [`Serve::start_with`] with the endpoint as `endpoint` names it
+    /// (`--endpoint <PIPE>`, or `--app <NAME>`).
+    fn start_named(
+        endpoint: &[&str],
+        options: &[&str],
+        env: &[(&str, &str)],
+        command: &[&str],
+    ) -> (Serve, String) {
         let mut child = Command::new(BIN)
-            .args(["serve", "--endpoint", pipe])
+            .arg("serve")
+            .args(endpoint)
             .args(options)
             .arg("--")
             .args(command)
@@ -1272,4 +1303,107 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
         let (status, stderr) = bridge.wait().await;
         assert!(status.success(), "{:?}: {}", status, stderr);
     });
+}
+
+/// An app name no other test, or test run, uses (within 32 bytes).
+fn unique_app(tag: &str) -> String {
+    format!("t{}-{}", std::process::id(), tag)
+}
+
+/// `mcp-server --app <app> --no-reconnect`, the identity left to what the
+/// "CLI" passes: Claude Code's session variable, and the working directory.
+fn app_bridge(app: &str) -> Bridge {
+    Bridge::start(
+        Command::new(BIN)
+            .args(["mcp-server", "--app", app, "--no-reconnect"])
+            .env_remove("CLAUDE_PROJECT_DIR")
+            .env("CLAUDE_CODE_SESSION_ID", "win-session"),
+    )
+}
+
+/// The Windows rule: `--app` is the pipe `\\.\pipe\<NAME>-<SID>` of this
+/// user, the same for the library's host (`Listener::bind_app`) and the
+/// bridge, which sends what it learned with where it came from.
+#[test]
+fn an_app_name_is_one_pipe_for_the_host_and_the_bridge() {
+    let app = unique_app("host");
+    let listener = Listener::bind_app(&app).unwrap();
+    let pipe = listener.endpoint().to_string_lossy().into_owned();
+    let prefix = format!(r"\\.\pipe\{}-S-1-", app);
+    assert!(pipe.starts_with(&prefix), "{}", pipe);
+    assert_eq!(endpoint::for_app(&app).unwrap(), listener.endpoint());
+    let mut bridge = app_bridge(&app);
+    run(async {
+        let connection = listener.accept().await.unwrap();
+        let handshake = &connection.handshake;
+        assert_eq!(handshake.requester, "win-session");
+        assert_eq!(
+            handshake.requester_from.as_deref(),
+            Some("CLAUDE_CODE_SESSION_ID")
+        );
+        assert_eq!(handshake.project_from.as_deref(), Some("cwd"));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(handshake.project, cwd.to_string_lossy());
+        // A line, so that the hang-up after it is an end, not a refusal.
+        let mut writer = connection.writer;
+        writer.write_all(b"{\"hello\":1}\n").await.unwrap();
+        writer.flush().await.unwrap();
+        let mut out = bridge.stdout_lines();
+        let line = out.next().await.expect("a line").unwrap();
+        assert_eq!(line, "{\"hello\":1}");
+        drop((writer, connection.reader));
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+}
+
+/// `serve --app` and `mcp-server --app` meet on the app's pipe, and serve's
+/// command sees the identity and where it came from.
+#[test]
+fn serve_and_the_bridge_meet_on_the_app_pipe() {
+    let app = unique_app("serve");
+    let echo = "requester=%MCP_BRIDGE_REQUESTER%;from=%MCP_BRIDGE_REQUESTER_FROM%;\
+                project_from=%MCP_BRIDGE_PROJECT_FROM%";
+    let (mut serve, serving) =
+        Serve::start_named(&["--app", &app], &[], &[], &["cmd", "/c", "echo", echo]);
+    assert!(
+        serving.contains(&format!(r"\\.\pipe\{}-S-1-", app)),
+        "{}",
+        serving
+    );
+    let mut bridge = app_bridge(&app);
+    run(async {
+        let mut out = bridge.stdout_lines();
+        let line = out.next().await.expect("a line").unwrap();
+        assert_eq!(
+            line.trim_end(),
+            "requester=win-session;from=CLAUDE_CODE_SESSION_ID;project_from=cwd"
+        );
+        assert!(out.next().await.is_none(), "the connection closes");
+        let (status, stderr) = bridge.wait().await;
+        assert!(status.success(), "{:?}: {}", status, stderr);
+    });
+    serve.wait_for_line("ended");
+}
+
+/// A name outside the rule is a usage error on Windows too: no pipe name
+/// is ever made of a path.
+#[test]
+fn bad_app_names_are_usage_errors() {
+    for (name, needle) in [
+        (r"..\UNC\host", "contains '\\\\'"),
+        ("..", "must start with a letter or digit"),
+        (r"a\b", "contains '\\\\'"),
+        ("a/b", "contains '/'"),
+        ("", "the app name is empty"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["mcp-server", "--app", name])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{:?}: {}", name, stderr);
+        assert!(stderr.contains(needle), "{:?}: {}", name, stderr);
+    }
 }

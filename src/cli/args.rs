@@ -200,12 +200,23 @@ pub(super) fn once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), 
     }
 }
 
-pub(super) fn required_endpoint(endpoint: Option<OsString>) -> Result<PathBuf, UsageError> {
-    match endpoint {
-        Some(endpoint) if !endpoint.is_empty() => Ok(PathBuf::from(endpoint)),
-        Some(_) => Err(UsageError("option '--endpoint' must not be empty".into())),
-        None => Err(UsageError(
-            "missing required option '--endpoint <PATH>'".into(),
+/// The endpoint: `--endpoint` as given, or the one `--app` names for this
+/// user and OS; exactly one of the two.
+pub(super) fn endpoint_or_app(
+    endpoint: Option<OsString>,
+    app: Option<&str>,
+) -> Result<PathBuf, UsageError> {
+    match (endpoint, app) {
+        (Some(_), Some(_)) => Err(UsageError(
+            "options '--endpoint' and '--app' cannot be used together".into(),
+        )),
+        (None, Some(app)) => {
+            mcp_bridge::endpoint::for_app(app).map_err(|e| UsageError(format!("'--app': {}", e)))
+        }
+        (Some(endpoint), None) if !endpoint.is_empty() => Ok(PathBuf::from(endpoint)),
+        (Some(_), None) => Err(UsageError("option '--endpoint' must not be empty".into())),
+        (None, None) => Err(UsageError(
+            "missing required option '--endpoint <PATH>' (or '--app <NAME>')".into(),
         )),
     }
 }

@@ -9,6 +9,11 @@
 //! expect of a real CLI: `--name value` and `--name=value`, values that
 //! start with a dash, non-UTF-8 endpoint paths, and one clear error line per
 //! mistake (the binary adds a pointer to `--help` and exits with code 2).
+//!
+//! `--app` is resolved here, into the endpoint the library's rule gives
+//! ([`mcp_bridge::endpoint::for_app`]), and what `--project` and
+//! `--requester` leave out is learned here ([`mcp_bridge::identity`]), so
+//! the commands get a plain endpoint and handshake.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -18,10 +23,11 @@ mod args;
 #[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
 mod usage_bridge;
 
-use args::{once, required_endpoint, Arg, Parser};
+use args::{endpoint_or_app, once, Arg, Parser};
 use mcp_bridge::bridge;
 #[cfg(feature = "doctor")]
 use mcp_bridge::doctor;
+use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "serve")]
 use mcp_bridge::serve;
 #[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
@@ -45,7 +51,15 @@ const LOG_ENV: &str = "MCP_BRIDGE_LOG";
 /// is not given (empty: no cache).
 const CACHE_ENV: &str = "MCP_BRIDGE_CACHE_DIR";
 
+/// How the handshake is made from `--project` and `--requester`, either
+/// of which may be absent: [`mcp_bridge::identity::handshake`], or in
+/// tests one that learns nothing.
+type Identify = fn(Option<String>, Option<String>) -> Handshake;
+
 /// What the user asked for.
+// One per run, moved once: a box for the bridge's larger configuration
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Command {
     /// Print the usage text on stdout.
@@ -128,15 +142,22 @@ pub fn version_line() -> String {
     )
 }
 
-/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`).
+/// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`, and
+/// for an identity not given, what the CLI passed).
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    parse_with_env(args, std::env::var_os(LOG_ENV))
+    parse_with_env(
+        args,
+        std::env::var_os(LOG_ENV),
+        mcp_bridge::identity::handshake,
+    )
 }
 
-/// [`parse`], with the value of `MCP_BRIDGE_LOG` given rather than read.
+/// [`parse`], with the value of `MCP_BRIDGE_LOG` and the way to make the
+/// handshake given rather than read.
 fn parse_with_env(
     args: impl IntoIterator<Item = OsString>,
     env_log: Option<OsString>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     // The flag wins; an empty variable means no log.
     let env_log = env_log.filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -150,11 +171,11 @@ fn parse_with_env(
         },
         Some(Arg::Word(word)) => match word.to_str() {
             Some("help") => Ok(Command::Help),
-            Some("mcp-server") => parse_bridge(args, env_log),
+            Some("mcp-server") => parse_bridge(args, env_log, identify),
             #[cfg(feature = "serve")]
             Some("serve") => parse_serve(args, env_log),
             #[cfg(feature = "doctor")]
-            Some("doctor") => parse_doctor(args, env_log),
+            Some("doctor") => parse_doctor(args, env_log, identify),
             #[cfg(feature = "demo")]
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
@@ -175,8 +196,10 @@ fn parse_with_env(
 fn parse_bridge(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut project = None;
     let mut requester = None;
     let mut connect_timeout = None;
@@ -193,6 +216,7 @@ fn parse_bridge(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--connect-timeout" => once(&mut connect_timeout, &name, args.seconds(&name)?)?,
@@ -209,7 +233,8 @@ fn parse_bridge(
     if cache_dir.is_some() && no_cache.is_some() {
         return error("--cache-dir and --no-cache cannot be used together");
     }
-    let mut config = bridge::Config::new(required_endpoint(endpoint)?);
+    let mut config = bridge::Config::new(endpoint_or_app(endpoint, app.as_deref())?);
+    config.handshake = identify(project, requester);
     config.cache = match (no_cache, cache_dir) {
         (Some(()), _) => None,
         (None, Some(dir)) => Some(dir),
@@ -220,8 +245,6 @@ fn parse_bridge(
             None => bridge::default_cache_dir(),
         },
     };
-    config.handshake.project = project.unwrap_or_default();
-    config.handshake.requester = requester.unwrap_or_default();
     if let Some(timeout) = connect_timeout {
         config.connect_timeout = timeout;
     }
@@ -240,6 +263,7 @@ fn parse_serve(
     env_log: Option<PathBuf>,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut max_connections = None;
     let mut log = None;
     let mut command = Vec::new();
@@ -259,13 +283,14 @@ fn parse_serve(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--max-connections" => once(&mut max_connections, &name, args.count(&name)?)?,
             "--log" => once(&mut log, &name, args.path(&name)?)?,
             "-h" | "--help" => return args.no_value().map(|()| Command::Help),
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
-    let endpoint = required_endpoint(endpoint)?;
+    let endpoint = endpoint_or_app(endpoint, app.as_deref())?;
     let mut command = command.into_iter();
     let program = match command.next() {
         Some(program) if !program.is_empty() => program,
@@ -278,6 +303,7 @@ fn parse_serve(
         }
     };
     let mut config = serve::Config::new(endpoint, program, command);
+    config.app = app;
     if let Some(max) = max_connections {
         config.max_connections = max;
     }
@@ -292,8 +318,10 @@ fn parse_serve(
 fn parse_doctor(
     mut args: Parser<impl Iterator<Item = OsString>>,
     env_log: Option<PathBuf>,
+    identify: Identify,
 ) -> Result<Command, UsageError> {
     let mut endpoint = None;
+    let mut app = None;
     let mut project = None;
     let mut requester = None;
     let mut timeout = None;
@@ -310,6 +338,7 @@ fn parse_doctor(
         };
         match name.as_str() {
             "--endpoint" => once(&mut endpoint, &name, args.value(&name)?)?,
+            "--app" => once(&mut app, &name, args.utf8(&name)?)?,
             "--project" => once(&mut project, &name, args.utf8(&name)?)?,
             "--requester" => once(&mut requester, &name, args.utf8(&name)?)?,
             "--timeout" => once(&mut timeout, &name, args.seconds(&name)?)?,
@@ -323,9 +352,9 @@ fn parse_doctor(
             _ => return error(format!("unknown option '{}'", name)),
         }
     }
-    let mut config = doctor::Config::new(required_endpoint(endpoint)?);
-    config.handshake.project = project.unwrap_or_default();
-    config.handshake.requester = requester.unwrap_or_default();
+    let mut config = doctor::Config::new(endpoint_or_app(endpoint, app.as_deref())?);
+    config.app = app;
+    config.handshake = identify(project, requester);
     if let Some(timeout) = timeout {
         config.timeout = timeout;
     }

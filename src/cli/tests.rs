@@ -8,7 +8,13 @@ use super::*;
 /// Parses as if `MCP_BRIDGE_LOG` were not set, whatever the test's
 /// own environment holds.
 fn parse_strs(args: &[&str]) -> Result<Command, UsageError> {
-    parse_with_env(args.iter().map(OsString::from), None)
+    parse_with_env(args.iter().map(OsString::from), None, told)
+}
+
+/// The handshake of what the command line says and nothing learned (the
+/// identity module's own tests cover the learning).
+fn told(project: Option<String>, requester: Option<String>) -> Handshake {
+    Handshake::new(project.unwrap_or_default(), requester.unwrap_or_default())
 }
 
 fn bridge(args: &[&str]) -> bridge::Config {
@@ -35,7 +41,18 @@ const MISTAKES: &[(&[&str], &str)] = &[
     (&["--help=yes"], "unexpected value 'yes'"),
     (&["demo", "now"], "unexpected argument 'now' for 'demo'"),
     (&["demo", "-x"], "unknown option '-x'"),
-    (&["mcp-server", "--project", "p"], "missing required option '--endpoint <PATH>'"),
+    (&["mcp-server", "--project", "p"], "missing required option '--endpoint <PATH>' (or '--app <NAME>')"),
+    (&["mcp-server", "--app"], "option '--app' needs a value"),
+    (&["mcp-server", "--app="], "'--app': the app name is empty"),
+    (&["mcp-server", "--app", "my/app"], "'--app': the app name \"my/app\" contains '/'"),
+    (&["mcp-server", "--app", "..", "--project=p"], "'--app': the app name \"..\" must start with a letter or digit"),
+    (&["mcp-server", "--app=a", "--app=b"], "option '--app' given more than once"),
+    (&["mcp-server", "--app=a", "--endpoint=/x"], "options '--endpoint' and '--app' cannot be used together"),
+    (&["mcp-server", "--endpoint=/x", "--app=a"], "options '--endpoint' and '--app' cannot be used together"),
+    (&["serve", "--app=a", "--endpoint=/x", "--", "cat"], "options '--endpoint' and '--app' cannot be used together"),
+    (&["serve", "--app=my app", "--", "cat"], "'--app': the app name \"my app\" contains ' '"),
+    (&["doctor", "--app=a", "--endpoint=/x"], "options '--endpoint' and '--app' cannot be used together"),
+    (&["doctor", "--app", "a\tb"], "'--app': the app name \"a\\tb\" contains '\\t' (a control character)"),
     (&["mcp-server", "--endpoint="], "option '--endpoint' must not be empty"),
     (&["mcp-server", "--endpoint"], "option '--endpoint' needs a value"),
     (&["mcp-server", "--endpoint=/x", "--project"], "option '--project' needs a value"),
@@ -171,6 +188,41 @@ fn bridge_options_space_separated_or_inline() {
     );
 }
 
+/// `--app` stands for the endpoint its rule names, for each command, and
+/// the commands that send a handshake make it through the identity
+/// function (here one that learns nothing).
+#[test]
+fn app_names_the_endpoint_for_every_command() {
+    let endpoint = mcp_bridge::endpoint::for_app("myapp").unwrap();
+    let config = bridge(&["--app", "myapp"]);
+    assert_eq!(config, bridge::Config::new(&endpoint));
+    #[cfg(unix)]
+    assert!(
+        endpoint.ends_with("myapp/mcp.sock"),
+        "{}",
+        endpoint.display()
+    );
+    #[cfg(windows)]
+    assert!(endpoint
+        .to_string_lossy()
+        .starts_with(r"\\.\pipe\myapp-S-1-"));
+    #[cfg(feature = "serve")]
+    {
+        let config = serve(&["--app=myapp", "--", "cat"]);
+        assert_eq!(config.endpoint, endpoint);
+        assert_eq!(config.app.as_deref(), Some("myapp"));
+    }
+    #[cfg(feature = "doctor")]
+    match parse_strs(&["doctor", "--app", "myapp", "--requester=r"]) {
+        Ok(Command::Doctor(Doctor { config, .. })) => {
+            assert_eq!(config.endpoint, endpoint);
+            assert_eq!(config.app.as_deref(), Some("myapp"));
+            assert_eq!(config.handshake, Handshake::new("", "r"));
+        }
+        other => panic!("{:?}", other),
+    }
+}
+
 #[test]
 fn bridge_defaults_come_from_the_library() {
     let config = bridge(&["--endpoint", "/x"]);
@@ -185,7 +237,11 @@ fn endpoint_may_be_non_utf8_but_ids_may_not() {
     let mut inline = OsString::from("--endpoint=");
     inline.push(&path);
     for args in [vec!["--endpoint".into(), path.clone()], vec![inline]] {
-        match parse_with_env([vec![OsString::from("mcp-server")], args].concat(), None) {
+        match parse_with_env(
+            [vec![OsString::from("mcp-server")], args].concat(),
+            None,
+            told,
+        ) {
             Ok(Command::Bridge(c)) => {
                 assert_eq!(c.endpoint.as_os_str().as_bytes(), path.as_bytes())
             }
@@ -199,7 +255,7 @@ fn endpoint_may_be_non_utf8_but_ids_may_not() {
         "--project".into(),
         bad,
     ];
-    let e = parse_with_env(args, None).unwrap_err();
+    let e = parse_with_env(args, None, told).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the value of '--project' must be valid UTF-8"
@@ -241,7 +297,12 @@ fn serve_takes_everything_after_the_separator() {
 #[test]
 fn the_log_flag_wins_over_the_variable() {
     let with_env = |args: &[&str], env: Option<&str>| {
-        parse_with_env(args.iter().map(OsString::from), env.map(OsString::from)).unwrap()
+        parse_with_env(
+            args.iter().map(OsString::from),
+            env.map(OsString::from),
+            told,
+        )
+        .unwrap()
     };
     let bridge_log = |command| match command {
         Command::Bridge(config) => config.log,
@@ -338,6 +399,7 @@ fn doctor_takes_every_mcp_server_option() {
     let with_env = |args: &[&str]| match parse_with_env(
         args.iter().map(OsString::from),
         Some(OsString::from("/tmp/env.log")),
+        told,
     ) {
         Ok(Command::Doctor(Doctor { config, .. })) => config.log,
         other => panic!("expected doctor, got {:?}", other),
@@ -359,7 +421,7 @@ fn usage_mentions_every_option_and_exit_code() {
     let text = usage();
     #[rustfmt::skip]
     let needles = ["--endpoint", "--project", "--requester", "--connect-timeout", "--max-connections", "--trust-server-user", "--no-reconnect", "--reconnect-timeout",
-        "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER",
+        "EXIT STATUS", "demo", "serve", "MCP_BRIDGE_PROJECT", "MCP_BRIDGE_REQUESTER", "--app", "CLAUDE_PROJECT_DIR", "CLAUDE_CODE_SESSION_ID",
         "--log", "MCP_BRIDGE_LOG", "MCP_BRIDGE_LOG_MAX_BYTES", "doctor", "--json", "--timeout"];
     for needle in needles {
         assert!(text.contains(needle), "usage lacks {}", needle);

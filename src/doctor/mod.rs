@@ -95,6 +95,11 @@ pub const CLAUDE_CODE_BUDGET: Duration = Duration::from_secs(30);
 pub struct Config {
     /// The app's endpoint, as given to `mcp-server --endpoint`.
     pub endpoint: PathBuf,
+    /// The app's name, when `endpoint` is the one named after it
+    /// (`mcp-server --app`, [`for_app`](crate::endpoint::for_app)): the
+    /// configurations printed then say `--app` instead of the path, the
+    /// same for every user and OS. Default: none.
+    pub app: Option<String>,
     /// The identity line to send, as `mcp-server` would. Empty fields by
     /// default.
     pub handshake: Handshake,
@@ -133,6 +138,7 @@ impl Config {
     pub fn new(endpoint: impl Into<PathBuf>) -> Config {
         Config {
             endpoint: endpoint.into(),
+            app: None,
             handshake: Handshake::default(),
             timeout: DEFAULT_TIMEOUT,
             trusted_server: None,

@@ -13,6 +13,12 @@
 //! - TOML (Codex): literal strings (`'C:\Program Files\…'`), where a
 //!   backslash is itself; a value holding a `'` or a control character
 //!   cannot be one, and gets a basic string with escapes instead.
+//!
+//! Given `--app`, the configurations name the app, not its endpoint
+//! ([`for_app`](crate::endpoint::for_app)), and the identity only as given
+//! (what the bridge learns from the CLI it learns wherever it runs): the
+//! same for every user and OS but for this executable's path, which the
+//! report says to replace by `mcp-bridge` on `PATH` to check it in.
 
 use std::fmt::Write;
 
@@ -39,6 +45,10 @@ pub struct Snippets {
     pub codex_toml: String,
     /// The `.vscode/mcp.json` document.
     pub vscode: Value,
+    /// Whether the endpoint is named by the app (`--app`), so the
+    /// configurations fit every user and OS once `command` is a name on
+    /// `PATH`.
+    pub portable: bool,
 }
 
 /// Which shell the command line is for.
@@ -124,9 +134,11 @@ impl Snippets {
             toml_string(command),
             quoted.join(", ")
         );
+        let portable = args.get(1).map_or(false, |flag| flag == "--app");
         Snippets {
             name: name.to_string(),
             command: command.to_string(),
+            portable,
             args,
             claude_code,
             mcp_json,
@@ -176,6 +188,14 @@ impl Snippets {
             "Configuration (the command is this executable, '{}'):\n",
             self.command
         );
+        if self.portable {
+            let _ = writeln!(
+                out,
+                "With --app this is the same for every user and OS: to check it into a \
+                 repository\n(.mcp.json, .vscode/mcp.json), put \"mcp-bridge\" on PATH and \
+                 as the command.\n"
+            );
+        }
         let _ = writeln!(out, "Claude Code:\n  {}\n", self.claude_code);
         let _ = writeln!(
             out,
@@ -201,6 +221,7 @@ impl Snippets {
             "mcp_json": self.mcp_json,
             "codex_toml": self.codex_toml,
             "vscode": self.vscode,
+            "portable": self.portable,
         })
     }
 }
@@ -419,6 +440,29 @@ mod tests {
             snippets.claude_code,
             "claude mcp add my-app -- '/opt/My App/mcp-bridge' mcp-server --endpoint /run/user/1000/app.sock"
         );
+    }
+
+    /// With `--app` the line holds no path or user, and the report says how
+    /// to check it in; with `--endpoint` it does not.
+    #[test]
+    fn an_app_name_makes_a_configuration_to_check_in() {
+        let args = |flag: &str, value: &str| vec!["mcp-server".into(), flag.into(), value.into()];
+        let portable = Snippets::for_shell("myapp", EXE, args("--app", "myapp"), Shell::Windows);
+        assert!(portable.portable);
+        assert_eq!(
+            portable.mcp_json["mcpServers"]["myapp"]["args"],
+            serde_json::json!(["mcp-server", "--app", "myapp"])
+        );
+        assert!(portable
+            .codex_toml
+            .contains("args = ['mcp-server', '--app', 'myapp']"));
+        assert!(portable
+            .to_text()
+            .contains("the same for every user and OS"));
+        assert_eq!(portable.to_json()["portable"], true);
+        let pinned = Snippets::for_shell("myapp", EXE, args("--endpoint", PIPE), Shell::Windows);
+        assert!(!pinned.portable);
+        assert!(!pinned.to_text().contains("every user and OS"));
     }
 
     #[test]

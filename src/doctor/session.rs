@@ -505,20 +505,27 @@ fn snippets(config: &Config, server_name: Option<&str>) -> Snippets {
     let command = std::env::current_exe()
         .map(|exe| exe.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "mcp-bridge".into());
-    let mut args = vec![
-        "mcp-server".to_string(),
-        "--endpoint".to_string(),
-        config.endpoint.to_string_lossy().into_owned(),
-    ];
+    let (flag, endpoint) = match &config.app {
+        Some(app) => ("--app", app.clone()),
+        None => ("--endpoint", config.endpoint.to_string_lossy().into_owned()),
+    };
+    let mut args = vec!["mcp-server".to_string(), flag.to_string(), endpoint];
     let mut option = |flag: &str, value: String| {
         args.push(flag.to_string());
         args.push(value);
     };
-    for (flag, value) in [
-        ("--project", &config.handshake.project),
-        ("--requester", &config.handshake.requester),
+    // Only what was given: what the bridge learns from the CLI it learns
+    // again wherever the line runs.
+    let handshake = &config.handshake;
+    for (flag, value, learned) in [
+        ("--project", &handshake.project, &handshake.project_from),
+        (
+            "--requester",
+            &handshake.requester,
+            &handshake.requester_from,
+        ),
     ] {
-        if !value.is_empty() {
+        if !value.is_empty() && learned.is_none() {
             option(flag, value.clone());
         }
     }

@@ -6,7 +6,8 @@
 //! [`ConnectError`] that names the endpoint and says what to check.
 //! Connecting is always bounded: errors that cannot heal (no such path,
 //! nothing listening, access denied) fail at once, and only "busy, try again"
-//! is retried, until the timeout.
+//! is retried, until the timeout. An endpoint may also be named by the app
+//! instead of a path ([`for_app`], `app.rs`).
 
 use std::fmt;
 use std::io;
@@ -17,6 +18,8 @@ use async_io::Timer;
 
 use crate::wait;
 
+mod app;
+pub use app::{for_app, AppNameError, MAX_APP_NAME};
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -35,6 +38,11 @@ pub(crate) use windows::{
     pipe_connections_allowed, pipe_halves, pipe_name, pool_threads, serve_connections_allowed,
     PipeReader, PipeWriter,
 };
+
+/// The host's half of [`for_app`]: makes the directories an app's
+/// endpoint lives in, owner-only, and refuses ones that are not ours.
+#[cfg(feature = "host")]
+pub(crate) use platform::prepare_app_endpoint;
 
 /// How often a busy endpoint (a full listen backlog, every pipe instance in
 /// use) is retried while the connect timeout has not run out.

@@ -9,12 +9,15 @@
 //! becomes `WouldBlock`, which the caller retries until its timeout: a busy
 //! app gets the whole connect timeout to accept us.
 
+use std::ffi::{OsStr, OsString};
+use std::fs;
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -259,4 +262,103 @@ pub(super) fn not_a_socket(path: &Path) -> Option<&'static str> {
 /// How a principal is named in messages.
 pub(super) fn describe(principal: &Principal) -> String {
     format!("uid {}", principal)
+}
+
+/// The longest endpoint [`for_app`](super::for_app) resolves to: what a
+/// socket address holds.
+pub(super) const MAX_APP_ENDPOINT: usize = MAX_PATH_BYTES;
+
+/// The endpoint of app `name` (a checked name) for this user:
+/// `<dir>/<name>/mcp.sock`, `<dir>` the first of this user's runtime
+/// directories that is theirs, or the fallback in `/tmp` (see `app.rs`).
+pub(super) fn app_endpoint(name: &str) -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    let mut path =
+        runtime_dir(uid).unwrap_or_else(|| OsString::from(format!("/tmp/mcp-bridge-{}", uid)));
+    for part in ["/", name, "/mcp.sock"] {
+        path.push(part);
+    }
+    path.into()
+}
+
+/// The user's runtime directory, if they have one of their own:
+/// `$XDG_RUNTIME_DIR`, else `/run/user/<uid>`, what systemd makes it.
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+fn runtime_dir(uid: u32) -> Option<OsString> {
+    let own = |dir: &OsString| is_private_dir(Path::new(dir), uid);
+    absolute_var("XDG_RUNTIME_DIR")
+        .filter(own)
+        .or_else(|| Some(OsString::from(format!("/run/user/{}", uid))).filter(own))
+}
+
+/// The user's own temporary directory, `$TMPDIR` (`/var/folders/...`).
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+fn runtime_dir(uid: u32) -> Option<OsString> {
+    absolute_var("TMPDIR").filter(|dir| is_private_dir(Path::new(dir), uid))
+}
+
+/// The directory named by the variable `name`, without its trailing `/`;
+/// `None` unless it is an absolute path (the XDG specification's rule for a
+/// relative `XDG_RUNTIME_DIR`: ignore it).
+fn absolute_var(name: &str) -> Option<OsString> {
+    let value = std::env::var_os(name)?;
+    let mut path = value.as_bytes();
+    while path.len() > 1 && path.ends_with(b"/") {
+        path = &path[..path.len() - 1];
+    }
+    path.starts_with(b"/")
+        .then(|| OsStr::from_bytes(path).to_os_string())
+}
+
+/// Whether `dir` may hold an app's endpoint for `uid`: a directory itself
+/// (not a link to one), owned by `uid`, that group and others may not write
+/// (or they could rename the socket away and put theirs in its place).
+pub(crate) fn is_private_dir(dir: &Path, uid: u32) -> bool {
+    match fs::symlink_metadata(dir) {
+        Ok(m) => m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0,
+        Err(_) => false,
+    }
+}
+
+/// The host's half of the rule: creates the app's directory and the one
+/// above it where missing (mode 0700), and checks that both are ours and
+/// closed to others, whoever created them (see `app.rs`, "Who can get
+/// there first").
+#[cfg(feature = "host")]
+pub(crate) fn prepare_app_endpoint(endpoint: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let uid = rustix::process::geteuid().as_raw();
+    let app_dir = endpoint.parent().unwrap_or(endpoint);
+    let base = app_dir.parent().unwrap_or(app_dir);
+    for dir in [base, app_dir] {
+        match fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        if is_private_dir(dir, uid) {
+            continue;
+        }
+        let metadata = fs::symlink_metadata(dir)?;
+        let why = if !metadata.is_dir() {
+            "is not a directory (or is a symbolic link)".to_string()
+        } else if metadata.uid() != uid {
+            format!(
+                "belongs to uid {}, not to you (uid {}); someone else created it: \
+                 remove it, or run where XDG_RUNTIME_DIR is a directory of yours",
+                metadata.uid(),
+                uid
+            )
+        } else {
+            format!(
+                "may be written by group or others (mode {:o}), who could put their \
+                 own socket in place of yours: chmod go-w it",
+                metadata.mode() & 0o7777
+            )
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("'{}' {}", dir.display(), why),
+        ));
+    }
+    Ok(())
 }

@@ -661,6 +661,27 @@ fn ascii_lowercase(c: u16) -> u16 {
     }
 }
 
+/// The longest pipe name [`for_app`](super::for_app) resolves to:
+/// CreateNamedPipeW's "The entire pipe name string can be up to 256
+/// characters long".
+pub(super) const MAX_APP_ENDPOINT: usize = 256;
+
+/// The pipe of app `name` (a checked name) for this user:
+/// `\\.\pipe\<NAME>-<SID>`, the SID of this process's token user (see
+/// `app.rs`).
+pub(super) fn app_endpoint(name: &str) -> io::Result<std::path::PathBuf> {
+    let sid = win::current_user_sid()?;
+    Ok(format!("{}{}-{}", PIPE_PREFIX, name, sid).into())
+}
+
+/// Pipes need no directory: nothing to prepare. Who may open the pipe is
+/// the listener's DACL; who got to the name first, its bind and the
+/// bridge's trust check.
+#[cfg(feature = "host")]
+pub(crate) fn prepare_app_endpoint(_endpoint: &Path) -> io::Result<()> {
+    Ok(())
+}
+
 /// Errors that mean the other end of the pipe is gone.
 fn is_hangup(e: &io::Error) -> bool {
     has_code(e, ERROR_BROKEN_PIPE)

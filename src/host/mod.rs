@@ -213,7 +213,13 @@ impl Listener {
     /// # Ok::<(), mcp_bridge::host::BindError>(())
     /// ```
     pub fn bind_with(endpoint: impl AsRef<Path>, options: Options) -> Result<Listener, BindError> {
-        let endpoint = endpoint.as_ref();
+        Listener::bind_path(endpoint.as_ref(), options)
+    }
+
+    /// [`Listener::bind_with`] past its generic argument: one copy however
+    /// many ways a caller binds (`serve` binds a path or an app's endpoint).
+    #[inline(never)]
+    fn bind_path(endpoint: &Path, options: Options) -> Result<Listener, BindError> {
         let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
             endpoint: endpoint.to_path_buf(),
             source,
@@ -226,6 +232,40 @@ impl Listener {
             _file: file,
             _accepting: accepting,
         })
+    }
+
+    /// Binds the endpoint of the app named `name` for the user this process
+    /// runs as: exactly where `mcp-bridge mcp-server --app <name>` looks
+    /// ([`endpoint::for_app`](crate::endpoint::for_app)), so one MCP
+    /// configuration serves every user and OS. On Unix the socket's
+    /// directory (`<runtime dir>/<name>/`) and, for the `/tmp` fallback, the
+    /// one above it are created owner-only where missing.
+    ///
+    /// ```no_run
+    /// let listener = mcp_bridge::host::Listener::bind_app("myapp")?;
+    /// println!("listening on {}", listener.endpoint().display());
+    /// # Ok::<(), mcp_bridge::host::BindError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::bind`], and `InvalidInput` for a name outside the
+    /// rule, `PermissionDenied` for a directory on the way that another
+    /// user owns or that others may write (someone else got there first).
+    pub fn bind_app(name: &str) -> Result<Listener, BindError> {
+        Listener::bind_app_with(name, Options::default())
+    }
+
+    /// [`Listener::bind_app`] with settings other than the defaults.
+    pub fn bind_app_with(name: &str, options: Options) -> Result<Listener, BindError> {
+        let endpoint = crate::endpoint::for_app(name).map_err(|e| BindError {
+            endpoint: PathBuf::from(name),
+            source: io::Error::new(io::ErrorKind::InvalidInput, e),
+        })?;
+        match crate::endpoint::prepare_app_endpoint(&endpoint) {
+            Ok(()) => Listener::bind_with(endpoint, options),
+            Err(source) => Err(BindError { endpoint, source }),
+        }
     }
 
     /// Waits for the next peer whose handshake has arrived.

@@ -2,7 +2,9 @@
 //! per connection.
 //!
 //! Each bridge that connects gets its own run of the command, with the
-//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER`, and its
+//! handshake in `MCP_BRIDGE_PROJECT` and `MCP_BRIDGE_REQUESTER` (and where
+//! the bridge learned them from its CLI, if it did, in
+//! `MCP_BRIDGE_PROJECT_FROM` and `MCP_BRIDGE_REQUESTER_FROM`), and its
 //! connection relayed to the child's stdin and from its stdout by the same
 //! [`relay`] the bridge itself uses. The listening side is
 //! [`host::Listener`], so only this user gets in.
@@ -113,6 +115,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 pub struct Config {
     /// Socket path (Unix) or pipe name (Windows) to listen on.
     pub endpoint: PathBuf,
+    /// The app's name (`--app`), when the endpoint is the one named after
+    /// it ([`endpoint::for_app`](crate::endpoint::for_app)): serve then
+    /// binds with [`Listener::bind_app`], which also makes the socket's
+    /// directory, and `endpoint` only names it in the log. Default: none.
+    pub app: Option<String>,
     /// Connections served at once; more are refused. Default:
     /// [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
@@ -135,6 +142,7 @@ impl Config {
     ) -> Config {
         Config {
             endpoint: endpoint.into(),
+            app: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
@@ -308,13 +316,17 @@ async fn accept_until_stopped(
 
 /// Binds `config.endpoint` and says what is served there.
 fn listen(config: &Config, traffic: Option<&TrafficLog>) -> Result<Listener, ServeError> {
-    let listener = Listener::bind(&config.endpoint).map_err(ServeError::Bind)?;
+    let listener = match &config.app {
+        Some(app) => Listener::bind_app(app),
+        None => Listener::bind(&config.endpoint),
+    }
+    .map_err(ServeError::Bind)?;
     log(
         traffic,
         format_args!(
             "serving {} on '{}' (at most {} connections)",
             command_line(config),
-            config.endpoint.display(),
+            listener.endpoint().display(),
             config.max_connections
         ),
     );
@@ -562,22 +574,37 @@ async fn serve_connection(
 /// The handshake field that cannot be put in an environment variable (an
 /// OS string ends at its first NUL), if any.
 fn unpassable_field(handshake: &Handshake) -> Option<&'static str> {
+    let nul = |from: &Option<String>| from.as_deref().map_or(false, |f| f.contains('\0'));
     if handshake.requester.contains('\0') {
         Some("requester")
     } else if handshake.project.contains('\0') {
         Some("project")
+    } else if nul(&handshake.project_from) || nul(&handshake.requester_from) {
+        Some("identity's origin")
     } else {
         None
     }
 }
 
-/// The command for one connection, its identity in the environment.
+/// The command for one connection, its identity in the environment, and
+/// where the bridge learned it (`MCP_BRIDGE_PROJECT_FROM`,
+/// `MCP_BRIDGE_REQUESTER_FROM`), empty when it was given; set either way,
+/// so that serve's own are never inherited.
 fn child_command(handshake: &Handshake, config: &Config) -> std::process::Command {
+    let given = String::new();
     let mut command = std::process::Command::new(&config.program);
     command
         .args(&config.args)
         .env("MCP_BRIDGE_PROJECT", &handshake.project)
-        .env("MCP_BRIDGE_REQUESTER", &handshake.requester);
+        .env("MCP_BRIDGE_REQUESTER", &handshake.requester)
+        .env(
+            "MCP_BRIDGE_PROJECT_FROM",
+            handshake.project_from.as_ref().unwrap_or(&given),
+        )
+        .env(
+            "MCP_BRIDGE_REQUESTER_FROM",
+            handshake.requester_from.as_ref().unwrap_or(&given),
+        );
     command
 }
 
@@ -845,5 +872,8 @@ mod tests {
             unpassable_field(&Handshake::new("\0", "r")),
             Some("project")
         );
+        let mut learned = Handshake::new("p", "r");
+        learned.requester_from = Some("a\0b".into());
+        assert_eq!(unpassable_field(&learned), Some("identity's origin"));
     }
 }

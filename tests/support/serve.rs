@@ -2,6 +2,7 @@
 //! and stderr collected (or stderr left unread, or closed, for the tests of
 //! serve's own stderr failing).
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -83,7 +84,22 @@ impl Serve {
     /// says; returns once the socket file exists (and, stderr collected,
     /// serve said it is serving).
     pub fn launch(
+        program: Command,
+        socket: &Path,
+        extra: &[&str],
+        command: &[&str],
+        stderr: Stderr,
+    ) -> Serve {
+        let endpoint = [OsStr::new("--endpoint"), socket.as_os_str()];
+        Serve::launch_named(program, &endpoint, socket, extra, command, stderr)
+    }
+
+    /// [`Serve::launch`] with the endpoint as `endpoint` names it
+    /// (`--endpoint <PATH>`, or `--app <NAME>`), `socket` the file that
+    /// makes.
+    pub fn launch_named(
         mut program: Command,
+        endpoint: &[&OsStr],
         socket: &Path,
         extra: &[&str],
         command: &[&str],
@@ -91,8 +107,7 @@ impl Serve {
     ) -> Serve {
         let mut child = program
             .arg("serve")
-            .arg("--endpoint")
-            .arg(socket)
+            .args(endpoint)
             .args(extra)
             .arg("--")
             .args(command)
