@@ -288,6 +288,8 @@ impl Bridge {
             .arg("--endpoint")
             .arg(socket)
             .args(["--project", PROJECT, "--requester", REQUESTER])
+            // A throw-away host's answers are not worth keeping.
+            .env("MCP_BRIDGE_CACHE_DIR", "")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -315,7 +315,10 @@ impl AppSide {
         } else {
             self.written.min(self.end)
         };
-        if floor == 0 {
+        // Bytes move only when the room to read into runs short, or for
+        // free when nothing is left: most reads then move nothing.
+        let room = self.buf.len() - self.end;
+        if floor == 0 || (floor < self.end && room >= BUFFER_SIZE) {
             return;
         }
         self.buf.copy_within(floor..self.end, 0);

@@ -403,7 +403,10 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             None if self.cur.len > 0 && self.cur.kept => self.cur.start.min(self.sent),
             None => self.sent.min(self.end),
         };
-        if floor == 0 {
+        // Bytes move only when the room to read into runs short, or for
+        // free when nothing is left: most reads then move nothing.
+        let room = self.buf.len() - self.end;
+        if floor == 0 || (floor < self.end && room >= BUFFER_SIZE) {
             return;
         }
         self.buf.copy_within(floor..self.end, 0);

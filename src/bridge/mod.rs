@@ -140,8 +140,7 @@ pub struct Config {
     pub log: Option<PathBuf>,
     /// The directory of the answers cache (the app's last `server/discover`
     /// and `initialize` results, answered for an app that is not there
-    /// yet), if any. Default: none; the binary uses
-    /// [`default_cache_dir`] unless told `--no-cache`.
+    /// yet; see docs/bridge.md), or none. Default: [`default_cache_dir`].
     pub cache: Option<PathBuf>,
 }
 
@@ -158,7 +157,7 @@ impl Config {
             reconnect: true,
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
             log: None,
-            cache: None,
+            cache: default_cache_dir(),
         }
     }
 }

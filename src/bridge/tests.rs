@@ -249,6 +249,8 @@ fn run_with<T, F: Future<Output = T>>(
     config.reconnect_timeout = Duration::from_secs(20);
     config.connect_timeout = Duration::from_millis(300);
     config.drain_grace = Duration::from_millis(200);
+    // Not the user's own cache.
+    config.cache = None;
     configure(&mut config);
     let (stdin_reader, stdin_writer) = piper::pipe(PIPE);
     let (stdout_reader, stdout_writer) = piper::pipe(PIPE);

@@ -242,7 +242,7 @@ fn parse_bridge(
         (None, None) => match std::env::var_os(CACHE_ENV) {
             Some(dir) if dir.is_empty() => None,
             Some(dir) => Some(PathBuf::from(dir)),
-            None => bridge::default_cache_dir(),
+            None => config.cache.take(),
         },
     };
     if let Some(timeout) = connect_timeout {
