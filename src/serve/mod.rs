@@ -70,8 +70,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
 use futures_lite::future;
@@ -540,8 +540,14 @@ async fn serve_connection(
         format_args!("{}: started pid {}", label, child.id()),
     );
     let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
-    let outcome = relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
-    let status = child.shutdown(process::SHUTDOWN_GRACE).await;
+    let (outcome, stdin_closed) =
+        relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
+    // The relay closed the child's stdin (at the bridge's EOF, then gave
+    // its replies the drain grace), or dropped it just now: the first
+    // grace counts from then.
+    let status = child
+        .shutdown_since(stdin_closed, process::SHUTDOWN_GRACE)
+        .await;
     // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
     wait::timeout(STDERR_SETTLE, copying).await;
     match status {
@@ -612,10 +618,29 @@ fn start_child(
 /// With a traffic log, what is read from each side is tapped on its way
 /// through: the bridge's connection is the CLI's side, the command the
 /// app's.
+///
+/// Returns how it ended, and when the child's stdin was closed.
 async fn relay_until_end(
     connection: Connection,
     child: &GroupChild,
     stdin: ChildStdin,
+    stdout: ChildStdout,
+    traffic: Option<&TrafficLog>,
+    stop: wait::Stopped,
+) -> (Outcome, Instant) {
+    let closed = Arc::new(Mutex::new(None));
+    let stdin = ChildInput(stdin, closed.clone());
+    let outcome = relay_or_end(connection, child, stdin, stdout, traffic, stop).await;
+    // Dropped with the relay by now, whichever way it ended.
+    let closed = lock(&closed).unwrap_or_else(Instant::now);
+    (outcome, closed)
+}
+
+/// [`relay_until_end`] once the child's stdin notes its close.
+async fn relay_or_end(
+    connection: Connection,
+    child: &GroupChild,
+    stdin: ChildInput,
     stdout: ChildStdout,
     traffic: Option<&TrafficLog>,
     stop: wait::Stopped,
@@ -655,6 +680,24 @@ async fn relay_until_end(
         Outcome::HungUp
     };
     future::or(relayed, future::or(exited, future::or(stopped, hung_up))).await
+}
+
+/// The child's stdin as the relay writes it, noting when it was closed:
+/// dropped, which closes the pipe (the relay drops it right after
+/// `close()` at the bridge's EOF, or with itself when the session ends).
+struct ChildInput(ChildStdin, Arc<Mutex<Option<Instant>>>);
+
+forward_async_write!(ChildInput);
+
+impl Drop for ChildInput {
+    fn drop(&mut self) {
+        *lock(&self.1) = Some(Instant::now());
+    }
+}
+
+/// A poisoned lock only means a panic elsewhere; the data is still sound.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Copies the child's stderr to ours, one whole line at a time behind
