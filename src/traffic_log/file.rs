@@ -120,8 +120,8 @@ pub(super) struct LogFile {
     old: PathBuf,
     file: File,
     max_bytes: u64,
-    /// A write failed since the last one that worked: the file may end in
-    /// part of a record.
+    /// A write failed part of the way through a record: the file ends in
+    /// part of one, whose line the next write ends.
     broken: bool,
     /// The failure has been reported on stderr (once per log).
     warned: bool,
@@ -148,11 +148,13 @@ impl LogFile {
     }
 
     /// Appends `batch` (whole records, each ending in `\n`), rotating at
-    /// the cap. Returns how many records were lost to a write error; the
-    /// first error is reported on stderr.
-    pub(super) fn write(&mut self, batch: &[u8]) -> u64 {
+    /// the cap. Returns how many bytes of it are in the file: whole
+    /// records, so the rest was lost to a write error (a record cut by the
+    /// error counts as lost, and the next write ends its line). The first
+    /// error is reported on stderr.
+    pub(super) fn write(&mut self, batch: &[u8]) -> usize {
         if self.stopped {
-            return count_records(batch);
+            return 0;
         }
         let mut rest = batch;
         lock(&self.file);
@@ -160,10 +162,7 @@ impl LogFile {
         // The file held now: a rotation locked the new one.
         unlock(&self.file);
         match written {
-            Ok(()) => {
-                self.broken = false;
-                0
-            }
+            Ok(()) => batch.len(),
             Err(e) => {
                 self.stopped = is_file_too_large(&e);
                 if !self.warned {
@@ -181,8 +180,7 @@ impl LogFile {
                         then
                     ));
                 }
-                self.broken = true;
-                count_records(rest)
+                batch.len() - rest.len()
             }
         }
     }
@@ -220,11 +218,40 @@ impl LogFile {
                     .position(|&b| b == b'\n')
                     .map_or(rest.len(), |at| at + 1)
             };
-            self.file.write_all(&rest[..take])?;
+            self.write_whole(rest, take)?;
             size += take as u64;
-            *rest = &rest[take..];
         }
         Ok(())
+    }
+
+    /// Writes the first `take` bytes of `rest` (whole records) and moves
+    /// `rest` past them. On an error, `rest` is moved past the whole
+    /// records that did go in, so that the caller counts exactly the ones
+    /// lost, and a record cut short marks the file broken.
+    fn write_whole(&mut self, rest: &mut &[u8], take: usize) -> io::Result<()> {
+        let chunk = &rest[..take];
+        let mut done = 0;
+        let failed = loop {
+            if done == chunk.len() {
+                break None;
+            }
+            match self.file.write(&chunk[done..]) {
+                Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e),
+            }
+        };
+        let whole = match failed {
+            None => done,
+            Some(_) => chunk[..done]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |at| at + 1),
+        };
+        self.broken = whole < done;
+        *rest = &rest[whole..];
+        failed.map_or(Ok(()), Err)
     }
 
     /// Moves on from the full file held (locked) to a `FILE` with room for
@@ -277,11 +304,6 @@ fn open_checked(path: &Path) -> io::Result<File> {
         }
     }
     Ok(file)
-}
-
-/// The records in `batch`.
-fn count_records(batch: &[u8]) -> u64 {
-    batch.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 #[cfg(unix)]
