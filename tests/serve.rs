@@ -504,7 +504,7 @@ fn a_command_that_ignores_sigterm_is_killed_at_the_documented_times() {
         let killed = disconnected.elapsed();
         serve.wait_for_count(": ended (", round);
         let log = serve.stderr();
-        let ended = log.lines().filter(|l| l.contains(": ended (")).last();
+        let ended = log.lines().rev().find(|l| l.contains(": ended ("));
         assert!(
             ended.map_or(false, |l| l.contains("SIGKILL")),
             "killed: {:?}",

@@ -40,8 +40,11 @@
 //!   inherits its directory's ACL (see `windows.rs`).
 //! - **Never turned against its user.** The log holds tool arguments and
 //!   results, and may be asked for in a directory others can write, by a
-//!   process running as root. So on Unix a symbolic link at `FILE` is
-//!   refused, never followed (`O_NOFOLLOW`), and the file actually opened
+//!   process running as root. So on Unix its directory is found one
+//!   component at a time and held open, following only the symbolic links
+//!   no other user can re-point (a link another user can re-point refuses
+//!   the log); a symbolic link at `FILE` is refused, never followed
+//!   (`O_NOFOLLOW`); and the file actually opened
 //!   (checked through its descriptor, not its path) must be a regular file
 //!   owned by our effective user, with a single link, and not the file our
 //!   stdout is (`--log /dev/stdout` would put records into the JSON-RPC
@@ -49,8 +52,9 @@
 //!   session goes on without a log. A directory others could replace the
 //!   file in (another user's; writable by everyone, or by a group not our
 //!   own, without the sticky bit) is one warning, and the log is kept.
-//!   `FILE` is opened by name again only to rotate it, under the same
-//!   checks, so a link swapped in mid-session redirects nothing (`file.rs`).
+//!   `FILE` is opened by name again only to rotate it, in the directory
+//!   held and under the same checks, so a link swapped in mid-session, or
+//!   a directory re-pointed, redirects nothing (`file.rs`, `unix.rs`).
 //! - **Safe between processes.** Bridges sharing one `FILE` rotate it
 //!   under an advisory lock, only if the file they hold is still the one at
 //!   `FILE`, and never truncate a file (see `file.rs`).
@@ -70,7 +74,17 @@
 
 mod file;
 mod record;
+mod refusal;
 mod tap;
+// The platform's side of the log file, used by `file.rs` only. Each
+// platform provides: `Dir`, the directory the file is in, as held;
+// `open_dir(path)`, that directory and the file's name; `open_private(dir,
+// name)`, the file opened for appending and checked (a `Refusal` when it
+// must not be written); `still_at(file, dir, name)`; `rename(dir, from,
+// to)`; `lock(file)` and `unlock(file)` around a batch;
+// `is_file_too_large(error)`; `directory_warning(dir, path)`; and
+// `survive_file_size_limit()`. They use `refusal.rs` and nothing else of
+// the log.
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -183,7 +197,7 @@ pub struct LogError {
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = if file::Refusal::is(&self.source) {
+        let what = if refusal::Refusal::is(&self.source) {
             "refusing"
         } else {
             "cannot open"
@@ -229,11 +243,9 @@ impl TrafficLog {
             path: path.to_path_buf(),
             source,
         };
-        #[cfg(unix)]
-        unix::survive_file_size_limit();
+        platform::survive_file_size_limit();
         let file = LogFile::open(path, options.max_file_bytes).map_err(error)?;
-        #[cfg(unix)]
-        if let Some(warning) = unix::directory_warning(path) {
+        if let Some(warning) = file.directory_warning() {
             diag::log(format_args!("{}", warning));
         }
         let shared = Arc::new(Shared {
