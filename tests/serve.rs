@@ -472,9 +472,9 @@ fn doctor_s_close_step_against_serve_is_steadily_ok() {
 /// last replies still relayed) is that first second, not one before it:
 /// SIGTERM came at 2.0 s and SIGKILL at 3.0 s. The command here ignores
 /// SIGTERM, saying on stderr that it got it; its end is seen from its
-/// pid. The order of the events is checked, each grace from below, and
-/// the two times from above with slack for a loaded machine, but well
-/// short of the old ones. Three sessions in a row.
+/// pid. Both times are checked from below (no step before its grace) and
+/// from above, with slack for a loaded machine but short of the old times.
+/// Three sessions in a row.
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_at_the_documented_times() {
     use std::io::{BufRead, BufReader};
@@ -514,21 +514,48 @@ fn a_command_that_ignores_sigterm_is_killed_at_the_documented_times() {
             "round {}: SIGTERM after {:?}, SIGKILL after {:?}",
             round, terminated, killed
         );
+        // Each is seen a little after it happens, never before: the lower
+        // bounds are exact, the upper ones leave slack, and the old times
+        // (2.0 s and 3.0 s) fail them whatever the load.
         assert!(terminated >= Duration::from_secs(1), "{:?}", terminated);
         assert!(
-            terminated < Duration::from_millis(1600),
+            terminated < Duration::from_millis(1900),
             "SIGTERM after {:?}, documented 1 s",
             terminated
         );
+        assert!(killed >= Duration::from_secs(2), "{:?}", killed);
         assert!(
-            killed - terminated >= Duration::from_millis(900),
-            "SIGKILL {:?} after SIGTERM, documented 1 s",
-            killed - terminated
-        );
-        assert!(
-            killed < Duration::from_millis(2600),
+            killed < Duration::from_millis(2900),
             "SIGKILL after {:?}, documented 2 s",
             killed
         );
+    }
+}
+
+/// Issue 29, item 1 and seen beside it: serve said nothing when the
+/// endpoint's directory let every user rename its socket away or put one
+/// of theirs in its place. Such a directory is one warning, before serve
+/// says it is serving; a sticky one (like /tmp) and one only we can write
+/// are none.
+#[test]
+fn an_endpoint_directory_others_can_write_is_one_warning() {
+    for (mode, warned) in [(0o777, true), (0o1777, false), (0o700, false)] {
+        let dir = TempDir::new("shared-endpoint", mode);
+        let mut serve = Serve::start(&dir.socket(), &[], &["cat"]);
+        let warning = format!(
+            "mcp-bridge: the endpoint's directory '{}' is writable by every user (mode 777): \
+             another user could rename the socket away or put their own in its place; keep \
+             it in a directory only you can write, such as $XDG_RUNTIME_DIR\n",
+            dir.0.display()
+        );
+        let stderr = serve.stderr();
+        assert_eq!(
+            stderr.matches(&warning).count(),
+            usize::from(warned),
+            "mode {:o}: {}",
+            mode,
+            stderr
+        );
+        assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
     }
 }

@@ -163,6 +163,12 @@ pub(super) fn readable(
     futures_lite::future::ready(Ok(()))
 }
 
+/// Whether the peer has sent something already: not asked here (the
+/// listener never runs out of descriptors to make room for), so `false`.
+pub(super) fn has_spoken(_reader: &Reader) -> bool {
+    false
+}
+
 /// Completes once the peer has closed its end: pipes have no half-close,
 /// so that is unambiguous (see `PipeReader::hangup`). A session stuck
 /// writing to a command that stopped reading then ends all the same.

@@ -70,7 +70,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
@@ -219,12 +219,16 @@ impl std::error::Error for ServeError {
 
 /// Serves until SIGINT, SIGTERM or SIGHUP, then stops every child and
 /// removes the endpoint. Blocks the calling thread; this is what `main`
-/// calls. On its way out it gives the log lines still queued up to a
-/// second to reach stderr.
+/// calls. On Unix it first raises the process's soft limit of open files
+/// toward the hard one (see `serve/unix.rs`). On its way out it gives the
+/// log lines still queued up to a second to reach stderr.
 pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
+    // The process is serve's own here, so its limits are too (an embedder
+    // calling `serve` keeps its own).
+    platform::raise_descriptor_limit();
     let config = config.clone();
     // Everything runs on smol's executor thread, accepting included, and
     // this thread only waits, with a plain parker rather than smol's
@@ -540,13 +544,19 @@ async fn serve_connection(
         format_args!("{}: started pid {}", label, child.id()),
     );
     let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
-    let (outcome, stdin_closed) =
-        relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
-    // The relay closed the child's stdin (at the bridge's EOF, then gave
-    // its replies the drain grace), or dropped it just now: the first
-    // grace counts from then.
+    let outcome = relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
+    // The relay has closed the child's stdin: at the bridge's EOF, after
+    // which it gave the replies the drain grace (all of it, unless the
+    // command closed its stdout first), or just now, dropped with it. The
+    // first grace of the stop counts from then.
+    let closed = match outcome {
+        Outcome::Relayed(Ok(Ending::ClientClosed { drained: false })) => {
+            Instant::now().checked_sub(DRAIN_GRACE)
+        }
+        _ => None,
+    };
     let status = child
-        .shutdown_since(stdin_closed, process::SHUTDOWN_GRACE)
+        .shutdown_since(closed.unwrap_or_else(Instant::now), process::SHUTDOWN_GRACE)
         .await;
     // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
     wait::timeout(STDERR_SETTLE, copying).await;
@@ -618,29 +628,10 @@ fn start_child(
 /// With a traffic log, what is read from each side is tapped on its way
 /// through: the bridge's connection is the CLI's side, the command the
 /// app's.
-///
-/// Returns how it ended, and when the child's stdin was closed.
 async fn relay_until_end(
     connection: Connection,
     child: &GroupChild,
     stdin: ChildStdin,
-    stdout: ChildStdout,
-    traffic: Option<&TrafficLog>,
-    stop: wait::Stopped,
-) -> (Outcome, Instant) {
-    let closed = Arc::new(Mutex::new(None));
-    let stdin = ChildInput(stdin, closed.clone());
-    let outcome = relay_or_end(connection, child, stdin, stdout, traffic, stop).await;
-    // Dropped with the relay by now, whichever way it ended.
-    let closed = lock(&closed).unwrap_or_else(Instant::now);
-    (outcome, closed)
-}
-
-/// [`relay_until_end`] once the child's stdin notes its close.
-async fn relay_or_end(
-    connection: Connection,
-    child: &GroupChild,
-    stdin: ChildInput,
     stdout: ChildStdout,
     traffic: Option<&TrafficLog>,
     stop: wait::Stopped,
@@ -680,24 +671,6 @@ async fn relay_or_end(
         Outcome::HungUp
     };
     future::or(relayed, future::or(exited, future::or(stopped, hung_up))).await
-}
-
-/// The child's stdin as the relay writes it, noting when it was closed:
-/// dropped, which closes the pipe (the relay drops it right after
-/// `close()` at the bridge's EOF, or with itself when the session ends).
-struct ChildInput(ChildStdin, Arc<Mutex<Option<Instant>>>);
-
-forward_async_write!(ChildInput);
-
-impl Drop for ChildInput {
-    fn drop(&mut self) {
-        *lock(&self.1) = Some(Instant::now());
-    }
-}
-
-/// A poisoned lock only means a panic elsewhere; the data is still sound.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Copies the child's stderr to ours, one whole line at a time behind

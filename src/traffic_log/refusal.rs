@@ -10,7 +10,6 @@ use std::path::PathBuf;
 
 /// Why a log file was refused after, or instead of, opening it: the inner
 /// error of the `io::Error` that opening returns.
-#[derive(Debug)]
 #[cfg_attr(not(unix), allow(dead_code))]
 pub(super) enum Refusal {
     /// `FILE` is a symbolic link.
@@ -59,6 +58,14 @@ impl fmt::Display for Refusal {
                 links
             ),
         }
+    }
+}
+
+/// As its Display text: a derived Debug would be a second copy of every
+/// variant's formatting, for a value only ever shown to a person.
+impl fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

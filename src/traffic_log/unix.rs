@@ -33,10 +33,10 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, Permissions};
 use std::io;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsFd;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, CWD};
@@ -72,45 +72,42 @@ pub(super) fn open_dir(path: &Path) -> io::Result<(Dir, OsString)> {
         }
     };
     let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
+        Some(parent) if !parent.as_os_str().is_empty() => parent.as_os_str().as_bytes(),
+        _ => b".",
     };
     let mut links = 0;
-    let dir = walk(start(parent)?, parent, Path::new(""), &mut links)?;
-    Ok((Dir(dir), name))
+    Ok((Dir(walk(None, parent, b"", &mut links)?), name))
 }
 
-/// Where a walk of `path` starts: `/` or the working directory.
-fn start(path: &Path) -> io::Result<File> {
-    open_directory(CWD, if path.has_root() { "/" } else { "." })
-}
-
-/// Walks `path` from `dir` (which stands for `shown`, for messages), one
-/// component at a time, and returns the directory it ends in.
-fn walk(mut dir: File, path: &Path, shown: &Path, links: &mut usize) -> io::Result<File> {
-    let mut shown = shown.to_path_buf();
-    for component in path.components() {
-        match component {
-            // Only ever the first: `start` already opened it.
-            Component::RootDir => shown.push("/"),
-            Component::CurDir | Component::Prefix(_) => {}
-            // Never a link: the directory above the one held.
-            Component::ParentDir => {
-                dir = open_directory(&dir, "..")?;
-                shown.push("..");
-            }
-            Component::Normal(name) => {
-                shown.push(name);
-                dir = step(dir, name, &shown, links)?;
-            }
+/// Opens the directory `path` leads to, one name at a time from `/` or,
+/// for a relative path, from the directory `from` holds (the working
+/// directory when `None`), which is at `base` (for messages). `..` is a
+/// name like any other, and never a link.
+fn walk(from: Option<File>, path: &[u8], base: &[u8], links: &mut usize) -> io::Result<File> {
+    let absolute = path.starts_with(b"/");
+    let (mut dir, mut shown) = match from {
+        Some(dir) if !absolute => (dir, base.to_vec()),
+        _ if absolute => (open_directory(CWD, "/")?, b"/".to_vec()),
+        _ => (open_directory(CWD, ".")?, base.to_vec()),
+    };
+    for name in path.split(|&b| b == b'/') {
+        if name.is_empty() || name == b"." {
+            continue;
         }
+        if !shown.is_empty() && !shown.ends_with(b"/") {
+            shown.push(b'/');
+        }
+        let base = shown.len();
+        shown.extend_from_slice(name);
+        dir = step(dir, OsStr::from_bytes(name), &shown, base, links)?;
     }
     Ok(dir)
 }
 
 /// Opens the directory `name` in `dir`; a symbolic link there is followed
-/// only if no other user can re-point it.
-fn step(dir: File, name: &OsStr, shown: &Path, links: &mut usize) -> io::Result<File> {
+/// only if no other user can re-point it. `shown[..base]` is where `dir`
+/// is, `shown` the name's own path, for messages.
+fn step(dir: File, name: &OsStr, shown: &[u8], base: usize, links: &mut usize) -> io::Result<File> {
     match open_directory(&dir, name) {
         Ok(next) => return Ok(next),
         // `O_NOFOLLOW` on a link: ELOOP (Linux, macOS), or ENOTDIR with
@@ -124,7 +121,7 @@ fn step(dir: File, name: &OsStr, shown: &Path, links: &mut usize) -> io::Result<
     }
     if let Some(why) = dir_trust::Dir::of(&dir.metadata()?).name_risk(entry.st_uid) {
         return Err(Refusal::RedirectableLink {
-            link: shown.to_path_buf(),
+            link: PathBuf::from(OsStr::from_bytes(shown)),
             why,
         }
         .into());
@@ -135,13 +132,7 @@ fn step(dir: File, name: &OsStr, shown: &Path, links: &mut usize) -> io::Result<
     }
     // Nobody else can re-point it between the look and this read.
     let target = rustix::fs::readlinkat(&dir, name, Vec::new())?;
-    let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
-    let (from, base) = if target.has_root() {
-        (start(&target)?, PathBuf::new())
-    } else {
-        (dir, shown.parent().unwrap_or(Path::new("")).to_path_buf())
-    };
-    walk(from, &target, &base, links)
+    walk(Some(dir), target.as_bytes(), &shown[..base], links)
 }
 
 /// `openat(dir, name)` of a directory, never through a link.
