@@ -411,7 +411,10 @@ fn escape_json(json: String) -> String {
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
         if left_raw(c) {
-            let _ = write!(out, "\\u{:04x}", c as u32);
+            out.push_str("\\u");
+            for shift in [12, 8, 4, 0] {
+                out.push(char::from(b"0123456789abcdef"[(c as usize >> shift) & 0xf]));
+            }
         } else {
             out.push(c);
         }

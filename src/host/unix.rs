@@ -121,12 +121,11 @@ use std::future::Future;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsFd;
 use std::os::unix::io::OwnedFd;
+use std::os::unix::io::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::time::Duration;
 
 use async_io::Async;
@@ -155,6 +154,11 @@ const BIND_ATTEMPTS: usize = 3;
 /// only if an earlier process with our pid crashed mid-bind, or if someone
 /// who can write to the endpoint's directory is squatting them.
 const PRIVATE_DIR_ATTEMPTS: usize = 64;
+
+/// How often accepting looks again while no descriptor is free and no
+/// connection is waiting: soon enough that one arriving is taken in at
+/// most this much, with a wake-up ten times a second meanwhile.
+const IDLE_AT_THE_LIMIT: Duration = Duration::from_millis(100);
 
 /// Distinguishes the private directories of concurrent binds in one process.
 static PRIVATE_DIRS: AtomicUsize = AtomicUsize::new(0);
@@ -230,7 +234,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     };
     // Everything below happens in this directory, held: the file is
     // published, replaced and removed here whatever the path names later.
-    let dir = open_directory(CWD, parent, OFlags::empty())?;
+    let dir = open_directory(CWD, parent.as_os_str(), OFlags::empty())?;
     warn_if_shared(&dir, parent);
     let private = PrivateDir::create(&dir, parent)?;
     between(Step::Created, &private.path);
@@ -255,7 +259,12 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     // socket there is the one just bound, and from here on nothing is
     // looked up by a name another user can change.
     let bound = private.bound()?;
-    rustix::fs::chmodat(&private.dir, PRIVATE_SOCKET, SOCKET_MODE, AtFlags::empty())?;
+    rustix::fs::chmodat(
+        private.dir.as_fd(),
+        OsStr::new(PRIVATE_SOCKET),
+        SOCKET_MODE,
+        AtFlags::empty(),
+    )?;
     between(Step::Narrowed, &private.path);
     publish(&private, &dir, &name, path)?;
     drop(private);
@@ -338,12 +347,19 @@ fn warn_if_shared(dir: &File, parent: &Path) {
 /// a live one, another user's, or a file that is not a socket.
 fn publish(private: &PrivateDir<'_>, dir: &File, name: &OsStr, path: &Path) -> io::Result<()> {
     for _ in 0..BIND_ATTEMPTS {
-        match rustix::fs::linkat(&private.dir, PRIVATE_SOCKET, dir, name, AtFlags::empty()) {
+        let socket = OsStr::new(PRIVATE_SOCKET);
+        match rustix::fs::linkat(
+            private.dir.as_fd(),
+            socket,
+            dir.as_fd(),
+            name,
+            AtFlags::empty(),
+        ) {
             Ok(()) => return Ok(()),
             Err(Errno::EXIST) => {}
             Err(e) => return Err(e.into()),
         }
-        let existing = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        let existing = match rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(existing) => existing,
             // Removed in the meantime: try again.
             Err(Errno::NOENT) => continue,
@@ -379,9 +395,9 @@ fn publish(private: &PrivateDir<'_>, dir: &File, name: &OsStr, path: &Path) -> i
         }
         // Remove only the file just probed: another process may have bound
         // a fresh socket there since.
-        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(now) if now.st_dev == existing.st_dev && now.st_ino == existing.st_ino => {
-                match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+                match rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty()) {
                     Ok(()) => super::log(format_args!(
                         "removed a stale socket at '{}' (nothing was listening)",
                         path.display()
@@ -426,11 +442,7 @@ fn probe(path: &Path) -> Probe {
 
 /// Opens the directory `name` in `dir`, with `flags` besides the usual
 /// (`NOFOLLOW` for one we made).
-fn open_directory<Fd: AsFd, P: rustix::path::Arg>(
-    dir: Fd,
-    name: P,
-    flags: OFlags,
-) -> io::Result<File> {
+fn open_directory(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> io::Result<File> {
     let flags = flags | OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     Ok(File::from(rustix::fs::openat(
         dir,
@@ -473,18 +485,18 @@ impl<'a> PrivateDir<'a> {
             // Short, to stay clear of the socket path length limit.
             let n = PRIVATE_DIRS.fetch_add(1, Ordering::Relaxed);
             let name = OsString::from(format!(".mcpb{}.{}", std::process::id(), n));
-            match rustix::fs::mkdirat(parent, &*name, mode) {
+            match rustix::fs::mkdirat(parent.as_fd(), &*name, mode) {
                 Ok(()) => {}
                 // Left behind by an earlier process with our pid.
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(e.into()),
             }
-            let dir = match open_directory(parent, &*name, OFlags::NOFOLLOW) {
+            let dir = match open_directory(parent.as_fd(), &name, OFlags::NOFOLLOW) {
                 Ok(dir) => dir,
                 Err(e) => {
                     // At the descriptor limit, say. Removes only an empty
                     // directory: ours, or one put in its place meanwhile.
-                    let _ = rustix::fs::unlinkat(parent, &*name, AtFlags::REMOVEDIR);
+                    let _ = rustix::fs::unlinkat(parent.as_fd(), &*name, AtFlags::REMOVEDIR);
                     return Err(e);
                 }
             };
@@ -514,7 +526,8 @@ impl<'a> PrivateDir<'a> {
     /// The socket bound in the directory held, as it is now; an error if
     /// the bind went elsewhere, because the private path was re-pointed.
     fn bound(&self) -> io::Result<rustix::fs::Stat> {
-        match rustix::fs::statat(&self.dir, PRIVATE_SOCKET, AtFlags::SYMLINK_NOFOLLOW) {
+        let socket = OsStr::new(PRIVATE_SOCKET);
+        match rustix::fs::statat(self.dir.as_fd(), socket, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Socket => Ok(stat),
             _ => Err(replaced(self.path.parent().unwrap_or(Path::new(".")))),
         }
@@ -536,14 +549,15 @@ fn replaced(shown: &Path) -> io::Error {
 
 impl Drop for PrivateDir<'_> {
     fn drop(&mut self) {
-        let _ = rustix::fs::unlinkat(&self.dir, PRIVATE_SOCKET, AtFlags::empty());
+        let socket = OsStr::new(PRIVATE_SOCKET);
+        let _ = rustix::fs::unlinkat(self.dir.as_fd(), socket, AtFlags::empty());
         // By name in the endpoint's directory: only if the name is still
         // the directory we made.
         let ours = rustix::fs::fstat(&self.dir);
-        let named = rustix::fs::statat(self.parent, &*self.name, AtFlags::SYMLINK_NOFOLLOW);
+        let named = rustix::fs::statat(self.parent.as_fd(), &*self.name, AtFlags::SYMLINK_NOFOLLOW);
         if let (Ok(ours), Ok(named)) = (ours, named) {
             if ours.st_dev == named.st_dev && ours.st_ino == named.st_ino {
-                let _ = rustix::fs::unlinkat(self.parent, &*self.name, AtFlags::REMOVEDIR);
+                let _ = rustix::fs::unlinkat(self.parent.as_fd(), &*self.name, AtFlags::REMOVEDIR);
             }
         }
     }
@@ -551,9 +565,9 @@ impl Drop for PrivateDir<'_> {
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        match rustix::fs::statat(&self.dir, &*self.name, AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(self.dir.as_fd(), &*self.name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(now) if now.st_dev == self.dev && now.st_ino == self.ino => {
-                let _ = rustix::fs::unlinkat(&self.dir, &*self.name, AtFlags::empty());
+                let _ = rustix::fs::unlinkat(self.dir.as_fd(), &*self.name, AtFlags::empty());
             }
             _ => {}
         }
@@ -568,11 +582,9 @@ impl Acceptor {
                 Ok((stream, _)) => break stream,
                 // Linux takes the new descriptor before it looks at the
                 // queue, so this comes with no connection waiting too: then
-                // wait for one, quietly, keeping the spare.
+                // look again a little later, quietly, keeping the spare.
                 Err(e) if is_out_of_descriptors(&e) && !poll_in(&self.listener) => {
-                    let listener: Arc<Async<std::os::unix::net::UnixListener>> =
-                        self.listener.clone().into();
-                    listener.readable().await?;
+                    async_io::Timer::after(IDLE_AT_THE_LIMIT).await;
                 }
                 // Its descriptor is free once it is dropped: accept again.
                 Err(e) if is_out_of_descriptors(&e) && self.let_spare_go() => {}

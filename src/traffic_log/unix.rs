@@ -35,7 +35,7 @@ use std::fs::{self, File, Permissions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::io::AsFd;
+use std::os::unix::io::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -87,8 +87,8 @@ fn walk(from: Option<File>, path: &[u8], base: &[u8], links: &mut usize) -> io::
     let absolute = path.starts_with(b"/");
     let (mut dir, mut shown) = match from {
         Some(dir) if !absolute => (dir, base.to_vec()),
-        _ if absolute => (open_directory(CWD, "/")?, b"/".to_vec()),
-        _ => (open_directory(CWD, ".")?, base.to_vec()),
+        _ if absolute => (open_directory(CWD, OsStr::new("/"))?, b"/".to_vec()),
+        _ => (open_directory(CWD, OsStr::new("."))?, base.to_vec()),
     };
     for name in path.split(|&b| b == b'/') {
         if name.is_empty() || name == b"." {
@@ -108,14 +108,14 @@ fn walk(from: Option<File>, path: &[u8], base: &[u8], links: &mut usize) -> io::
 /// only if no other user can re-point it. `shown[..base]` is where `dir`
 /// is, `shown` the name's own path, for messages.
 fn step(dir: File, name: &OsStr, shown: &[u8], base: usize, links: &mut usize) -> io::Result<File> {
-    match open_directory(&dir, name) {
+    match open_directory(dir.as_fd(), name) {
         Ok(next) => return Ok(next),
         // `O_NOFOLLOW` on a link: ELOOP (Linux, macOS), or ENOTDIR with
         // `O_DIRECTORY` on some systems; either way, look at what it is.
         Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::LOOP | Errno::NOTDIR)) => {}
         Err(e) => return Err(e),
     }
-    let entry = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let entry = rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(entry.st_mode) != FileType::Symlink {
         return Err(Errno::NOTDIR.into());
     }
@@ -131,12 +131,12 @@ fn step(dir: File, name: &OsStr, shown: &[u8], base: usize, links: &mut usize) -
         return Err(Errno::LOOP.into());
     }
     // Nobody else can re-point it between the look and this read.
-    let target = rustix::fs::readlinkat(&dir, name, Vec::new())?;
+    let target = rustix::fs::readlinkat(dir.as_fd(), name, Vec::new())?;
     walk(Some(dir), target.as_bytes(), &shown[..base], links)
 }
 
 /// `openat(dir, name)` of a directory, never through a link.
-fn open_directory<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, name: P) -> io::Result<File> {
+fn open_directory(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     Ok(File::from(rustix::fs::openat(
         dir,
@@ -155,7 +155,7 @@ fn open_directory<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, name: P) -> io::Resul
 /// non-blocking, so a FIFO created between the look and the open fails at
 /// once instead of hanging the caller.
 pub(super) fn open_private(dir: &Dir, name: &OsStr) -> io::Result<File> {
-    if let Ok(entry) = rustix::fs::statat(&dir.0, name, AtFlags::SYMLINK_NOFOLLOW) {
+    if let Ok(entry) = rustix::fs::statat(dir.0.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
         refuse_type(FileType::from_raw_mode(entry.st_mode))?;
     }
     let flags = OFlags::WRONLY
@@ -165,12 +165,12 @@ pub(super) fn open_private(dir: &Dir, name: &OsStr) -> io::Result<File> {
         | OFlags::NONBLOCK
         | OFlags::NOCTTY
         | OFlags::CLOEXEC;
-    let file = rustix::fs::openat(&dir.0, name, flags, Mode::RUSR | Mode::WUSR)
+    let file = rustix::fs::openat(dir.0.as_fd(), name, flags, Mode::RUSR | Mode::WUSR)
         .map(File::from)
         .map_err(|e| {
             // ELOOP on Linux and macOS, EMLINK on FreeBSD, EFTYPE on
             // NetBSD: whichever it is, a link planted after the look.
-            match rustix::fs::statat(&dir.0, name, AtFlags::SYMLINK_NOFOLLOW) {
+            match rustix::fs::statat(dir.0.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(entry) if FileType::from_raw_mode(entry.st_mode) == FileType::Symlink => {
                     Refusal::Symlink.into()
                 }
@@ -234,7 +234,7 @@ fn is_stdout(metadata: &fs::Metadata) -> bool {
 /// Whether `name` in `dir` still names `file` itself (not a link to it):
 /// another process may have rotated it away, or someone replaced it.
 pub(super) fn still_at(file: &File, dir: &Dir, name: &OsStr) -> bool {
-    let named = rustix::fs::statat(&dir.0, name, AtFlags::SYMLINK_NOFOLLOW);
+    let named = rustix::fs::statat(dir.0.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW);
     match (rustix::fs::fstat(file), named) {
         (Ok(open), Ok(named)) => open.st_dev == named.st_dev && open.st_ino == named.st_ino,
         _ => false,
@@ -243,7 +243,12 @@ pub(super) fn still_at(file: &File, dir: &Dir, name: &OsStr) -> bool {
 
 /// Renames `from` to `to`, both in `dir`.
 pub(super) fn rename(dir: &Dir, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    Ok(rustix::fs::renameat(&dir.0, from, &dir.0, to)?)
+    Ok(rustix::fs::renameat(
+        dir.0.as_fd(),
+        from,
+        dir.0.as_fd(),
+        to,
+    )?)
 }
 
 /// Takes the advisory lock (`flock`) on `file`, waiting for it: every
