@@ -1,5 +1,6 @@
 //! Whether another user can change what a directory's names point to: the
-//! one rule the traffic log and the host's socket use, on Unix.
+//! one rule the traffic log and the host's socket use, on Unix, and the one
+//! way they open the directories they hold.
 //!
 //! A name in a directory can be renamed, removed or replaced by whoever
 //! can write the directory, unless it has the sticky bit, which limits
@@ -21,8 +22,13 @@
 //! endpoint's directory. Both look at the directory they hold open, not at
 //! a path that could be re-pointed between the look and the use.
 
-use std::fs::Metadata;
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::BorrowedFd;
+
+use rustix::fs::{Mode, OFlags};
 
 /// What decides who may change a directory's names: its owner, group and
 /// mode.
@@ -93,6 +99,23 @@ impl Dir {
     fn foreign_group_writes(&self) -> bool {
         self.mode & 0o020 != 0 && self.gid != rustix::process::getegid().as_raw()
     }
+}
+
+/// Opens the directory `name` in `dir` (`rustix::fs::CWD` for the working
+/// directory), to be held: the one way the log and the host open the
+/// directories they then work in. With `follow` false, a symbolic link at
+/// `name` is not followed (`ELOOP`, or `ENOTDIR` on some systems).
+pub(crate) fn open_directory(dir: BorrowedFd<'_>, name: &OsStr, follow: bool) -> io::Result<File> {
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    Ok(File::from(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::empty(),
+    )?))
 }
 
 /// Our own user, and root, who may do anything anyway.

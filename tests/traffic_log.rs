@@ -68,6 +68,19 @@ impl Client {
         }
     }
 
+    /// A hundred requests of about 100 bytes, ids 0 to 99, each echoed:
+    /// past an 8,000-byte cap.
+    fn past_the_cap(&mut self) {
+        for n in 0..100 {
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
+                n,
+                "m".repeat(60)
+            );
+            self.echo(line.as_bytes());
+        }
+    }
+
     /// Sends `line` (which ends in `\n`) and reads its echo.
     fn echo(&mut self, line: &[u8]) {
         self.stream.write_all(line).unwrap();
@@ -614,14 +627,7 @@ fn a_link_swapped_in_mid_session_redirects_nothing() {
     client.echo(b"{\"jsonrpc\":\"2.0\",\"id\":\"after-swap\",\"method\":\"m\"}\n");
     wait_for_record(&mut serve, &moved, "id=\"after-swap\"");
     // Past the cap: the rotation opens FILE by name, and finds the link.
-    for n in 0..100 {
-        let line = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
-            n,
-            "m".repeat(60)
-        );
-        client.echo(line.as_bytes());
-    }
+    client.past_the_cap();
     drop(client);
     serve.wait_for_log("ended");
     assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
@@ -1136,14 +1142,7 @@ fn the_log_s_directory_re_pointed_mid_session_redirects_nothing() {
 
     let mut client = Client::connect(&shared.socket(), "r");
     // Past the cap: the rotation renames FILE and opens a new one.
-    for n in 0..100 {
-        let line = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
-            n,
-            "m".repeat(60)
-        );
-        client.echo(line.as_bytes());
-    }
+    client.past_the_cap();
     drop(client);
     serve.wait_for_log("ended");
     assert_eq!(serve.stop(Signal::TERM).code(), Some(0));

@@ -122,14 +122,14 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::OwnedFd;
-use std::os::unix::io::{AsFd, BorrowedFd};
+use std::os::unix::io::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_io::Async;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, CWD};
 use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
@@ -234,7 +234,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     };
     // Everything below happens in this directory, held: the file is
     // published, replaced and removed here whatever the path names later.
-    let dir = open_directory(CWD, parent.as_os_str(), OFlags::empty())?;
+    let dir = dir_trust::open_directory(CWD, parent.as_os_str(), true)?;
     warn_if_shared(&dir, parent);
     let private = PrivateDir::create(&dir, parent)?;
     between(Step::Created, &private.path);
@@ -440,18 +440,6 @@ fn probe(path: &Path) -> Probe {
     }
 }
 
-/// Opens the directory `name` in `dir`, with `flags` besides the usual
-/// (`NOFOLLOW` for one we made).
-fn open_directory(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> io::Result<File> {
-    let flags = flags | OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    Ok(File::from(rustix::fs::openat(
-        dir,
-        name,
-        flags,
-        Mode::empty(),
-    )?))
-}
-
 /// The one entry a private directory ever holds: the socket, one letter so
 /// that the private path is as short as it can be.
 const PRIVATE_SOCKET: &str = "s";
@@ -491,7 +479,7 @@ impl<'a> PrivateDir<'a> {
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(e.into()),
             }
-            let dir = match open_directory(parent.as_fd(), &name, OFlags::NOFOLLOW) {
+            let dir = match dir_trust::open_directory(parent.as_fd(), &name, false) {
                 Ok(dir) => dir,
                 Err(e) => {
                     // At the descriptor limit, say. Removes only an empty

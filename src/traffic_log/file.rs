@@ -82,7 +82,16 @@ impl LogFile {
     /// Opens (creating, owner-only) `path` for appending, refusing what
     /// must not be written (see the module docs).
     pub(super) fn open(path: &Path, max_bytes: u64) -> io::Result<LogFile> {
-        let (dir, name) = platform::open_dir(path)?;
+        let name = match path.file_name() {
+            Some(name) => name.to_os_string(),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the log path names no file",
+                ))
+            }
+        };
+        let dir = platform::open_dir(parent(path))?;
         let file = platform::open_private(&dir, &name)?;
         let mut old = name.clone();
         old.push(".1");
@@ -102,7 +111,7 @@ impl LogFile {
     /// Why others could replace the log between rotations, if they can:
     /// its directory's owner and mode (see `platform::directory_warning`).
     pub(super) fn directory_warning(&self) -> Option<String> {
-        platform::directory_warning(&self.dir, &self.path)
+        platform::directory_warning(&self.dir, parent(&self.path))
     }
 
     /// Appends `batch` (whole records, each ending in `\n`), rotating at
@@ -250,5 +259,13 @@ impl LogFile {
         platform::lock(&next);
         self.file = next;
         Ok(())
+    }
+}
+
+/// The directory `path` names its file in: `.` for a bare file name.
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     }
 }

@@ -78,7 +78,7 @@ mod refusal;
 mod tap;
 // The platform's side of the log file, used by `file.rs` only. Each
 // platform provides: `Dir`, the directory the file is in, as held;
-// `open_dir(path)`, that directory and the file's name; `open_private(dir,
+// `open_dir(path)`, that directory opened; `open_private(dir,
 // name)`, the file opened for appending and checked (a `Refusal` when it
 // must not be written); `still_at(file, dir, name)`; `rename(dir, from,
 // to)`; `lock(file)` and `unlock(file)` around a batch;

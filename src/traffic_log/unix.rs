@@ -30,12 +30,12 @@
 //!   refuses what is visibly not a regular file, so a device or a FIFO is
 //!   not even opened (opening some devices has effects of its own).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::{self, File, Permissions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::io::{AsFd, BorrowedFd};
+use std::os::unix::io::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -44,7 +44,7 @@ use rustix::io::Errno;
 
 use super::refusal::Refusal;
 use crate::diag;
-use crate::dir_trust;
+use crate::dir_trust::{self, open_directory};
 
 /// Owner read and write, nobody else: the log holds the user's traffic.
 /// (`Mode::RUSR | Mode::WUSR` where a file is created.)
@@ -58,25 +58,16 @@ const MAX_LINKS: usize = 40;
 #[derive(Debug)]
 pub(super) struct Dir(File);
 
-/// Opens the directory `path` names its file in, following only the links
-/// no other user can re-point (see the module docs), and returns it with
-/// the file's name.
-pub(super) fn open_dir(path: &Path) -> io::Result<(Dir, OsString)> {
-    let name = match path.file_name() {
-        Some(name) => name.to_os_string(),
-        None => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the log path names no file",
-            ))
-        }
-    };
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.as_os_str().as_bytes(),
-        _ => b".",
-    };
+/// Opens the directory `path`, following only the links no other user can
+/// re-point (see the module docs).
+pub(super) fn open_dir(path: &Path) -> io::Result<Dir> {
     let mut links = 0;
-    Ok((Dir(walk(None, parent, b"", &mut links)?), name))
+    Ok(Dir(walk(
+        None,
+        path.as_os_str().as_bytes(),
+        b"",
+        &mut links,
+    )?))
 }
 
 /// Opens the directory `path` leads to, one name at a time from `/` or,
@@ -87,8 +78,8 @@ fn walk(from: Option<File>, path: &[u8], base: &[u8], links: &mut usize) -> io::
     let absolute = path.starts_with(b"/");
     let (mut dir, mut shown) = match from {
         Some(dir) if !absolute => (dir, base.to_vec()),
-        _ if absolute => (open_directory(CWD, OsStr::new("/"))?, b"/".to_vec()),
-        _ => (open_directory(CWD, OsStr::new("."))?, base.to_vec()),
+        _ if absolute => (open_directory(CWD, OsStr::new("/"), false)?, b"/".to_vec()),
+        _ => (open_directory(CWD, OsStr::new("."), false)?, base.to_vec()),
     };
     for name in path.split(|&b| b == b'/') {
         if name.is_empty() || name == b"." {
@@ -108,7 +99,7 @@ fn walk(from: Option<File>, path: &[u8], base: &[u8], links: &mut usize) -> io::
 /// only if no other user can re-point it. `shown[..base]` is where `dir`
 /// is, `shown` the name's own path, for messages.
 fn step(dir: File, name: &OsStr, shown: &[u8], base: usize, links: &mut usize) -> io::Result<File> {
-    match open_directory(dir.as_fd(), name) {
+    match open_directory(dir.as_fd(), name, false) {
         Ok(next) => return Ok(next),
         // `O_NOFOLLOW` on a link: ELOOP (Linux, macOS), or ENOTDIR with
         // `O_DIRECTORY` on some systems; either way, look at what it is.
@@ -133,17 +124,6 @@ fn step(dir: File, name: &OsStr, shown: &[u8], base: usize, links: &mut usize) -
     // Nobody else can re-point it between the look and this read.
     let target = rustix::fs::readlinkat(dir.as_fd(), name, Vec::new())?;
     walk(Some(dir), target.as_bytes(), &shown[..base], links)
-}
-
-/// `openat(dir, name)` of a directory, never through a link.
-fn open_directory(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    Ok(File::from(rustix::fs::openat(
-        dir,
-        name,
-        flags,
-        Mode::empty(),
-    )?))
 }
 
 /// Opens `name` in `dir` for appending, creating it with mode 0600, and
@@ -270,18 +250,14 @@ pub(super) fn is_file_too_large(error: &io::Error) -> bool {
     error.raw_os_error() == Some(Errno::FBIG.raw_os_error())
 }
 
-/// Why the log's directory (held in `dir`; `path` is the log's path, for
-/// the message) lets someone else replace the log between our rotations
+/// Why the log's directory (held in `dir`; `shown` is its path, for the
+/// message) lets someone else replace the log between our rotations
 /// (or plant `FILE.1`), if it does: another user's, or writable by others
 /// without the sticky bit (see `crate::dir_trust`). With the sticky bit
 /// (`/tmp`), others cannot rename or remove our files; the most they can
 /// do is create a name first, which the checks on open refuse.
-pub(super) fn directory_warning(dir: &Dir, path: &Path) -> Option<String> {
+pub(super) fn directory_warning(dir: &Dir, shown: &Path) -> Option<String> {
     let why = dir_trust::Dir::of(&dir.0.metadata().ok()?).risk()?;
-    let shown = match path.parent() {
-        Some(shown) if !shown.as_os_str().is_empty() => shown,
-        _ => Path::new("."),
-    };
     Some(format!(
         "the traffic log's directory '{}' {}: others could replace the log between \
          rotations, and read what is written after; keep logs in a directory of your own",

@@ -16,7 +16,7 @@
 //! another process may rename it away while we hold it (rotation by another
 //! bridge writing the same log).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
 use std::os::windows::io::AsHandle;
@@ -34,19 +34,9 @@ use crate::ffi::windows::{self as win, SecurityDescriptor};
 #[derive(Debug)]
 pub(super) struct Dir(PathBuf);
 
-/// The directory `path` names its file in, and the file's name.
-pub(super) fn open_dir(path: &Path) -> io::Result<(Dir, OsString)> {
-    let name = match path.file_name() {
-        Some(name) => name.to_os_string(),
-        None => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the log path names no file",
-            ))
-        }
-    };
-    let parent = path.parent().unwrap_or_else(|| Path::new(""));
-    Ok((Dir(parent.to_path_buf()), name))
+/// The directory `path`.
+pub(super) fn open_dir(path: &Path) -> io::Result<Dir> {
+    Ok(Dir(path.to_path_buf()))
 }
 
 /// Opens `name` in `dir` for appending, creating it owner-only; a file
@@ -84,7 +74,7 @@ pub(super) fn survive_file_size_limit() {}
 
 /// A folder's ACL decides who may replace the log; this looks at nothing,
 /// and says nothing.
-pub(super) fn directory_warning(_dir: &Dir, _path: &Path) -> Option<String> {
+pub(super) fn directory_warning(_dir: &Dir, _shown: &Path) -> Option<String> {
     None
 }
 
@@ -131,11 +121,12 @@ mod tests {
     fn a_new_log_is_ours_alone() {
         let path = temp_path("new");
         let _ = std::fs::remove_file(&path);
-        let (dir, name) = open_dir(&path).unwrap();
-        let mut file = open_private(&dir, &name).unwrap();
+        let dir = open_dir(path.parent().unwrap()).unwrap();
+        let name = path.file_name().unwrap();
+        let mut file = open_private(&dir, name).unwrap();
         file.write_all(b"one\n").unwrap();
         drop(file);
-        let mut file = open_private(&dir, &name).unwrap();
+        let mut file = open_private(&dir, name).unwrap();
         file.write_all(b"two\n").unwrap();
         let me = win::current_user_sid().unwrap();
         assert_eq!(
