@@ -144,8 +144,8 @@ pub(super) async fn accept_loop(
                 continue;
             }
             Ok(Accepted::Retry(e)) => {
-                // Out of descriptors or memory: the connections stay in the kernel's
-                // queue meanwhile, and are accepted once it passes. Say so, once per
+                // Out of memory, say: the connections stay in the kernel's queue
+                // meanwhile, and are accepted once it passes. Say so, once per
                 // outage, rather than a line per attempt.
                 outage = Some(Outage::go_on(outage, e, &accept_log));
                 Timer::after(RETRY_PAUSE).await;
@@ -183,7 +183,8 @@ pub(super) async fn accept_loop(
         if crowded && drop_oldest(&pending, Silent::First).await {
             peer_log.line(format_args!(
                 "dropped a connection: more than {} were waiting for their handshake \
-                 or for the app, and it was the oldest",
+                 or for the app, and it was the oldest that had sent nothing (or the \
+                 oldest, all having spoken)",
                 most_pending
             ));
         }
