@@ -80,6 +80,9 @@ mod io;
 pub mod app_server;
 pub mod bridge;
 pub mod diag;
+// Who else can redirect a path: the log's directories, the socket's.
+#[cfg(all(unix, any(feature = "host", feature = "log")))]
+mod dir_trust;
 #[cfg(feature = "doctor")]
 pub mod doctor;
 pub mod endpoint;

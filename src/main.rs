@@ -72,7 +72,7 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
         Command::Doctor(cli::Doctor { config, json }) => {
             let report = doctor::run(&config);
             if json {
-                print(&format!("{:#}\n", report.to_json()))?;
+                print(&format!("{}\n", report.to_json_text()))?;
             } else {
                 print(&report.to_text())?;
             }

@@ -983,3 +983,119 @@ fn doctor_escapes_the_apps_control_characters() {
         report
     );
 }
+
+/// Issue 29, item 7: `doctor --json` carries the app's strings with their
+/// C1 controls, DEL, line separators and bidirectional overrides written
+/// as JSON escapes, as the text report escapes them: a document an
+/// installer prints (or a terminal shows) cannot be steered by the app,
+/// and it parses to the very strings the app sent.
+#[test]
+fn doctor_json_escapes_what_a_terminal_would_obey() {
+    let dir = TempDir::new("doctor-json-escape", 0o700);
+    let socket = dir.socket();
+    const NAME: &str = "evil\u{9b}2J\u{85}\u{2028}\u{2029}\u{7f}\u{202e}\u{2066}";
+    fake_app(&socket, |mut app| {
+        let request = app.request().expect("initialize");
+        app.answer(
+            &request,
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": NAME, "version": "\u{1b}[31m1"}
+            }),
+        )?;
+        let request = app.request().expect("tools/list");
+        app.answer(&request, json!({"tools": [{"name": NAME}]}))?;
+        while app.request().is_some() {}
+        Ok(())
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
+    let printed = text(&output.stdout);
+    let raw: Vec<char> = printed
+        .chars()
+        .filter(|&c| {
+            c != '\n'
+                && (c.is_control()
+                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        })
+        .collect();
+    assert!(raw.is_empty(), "--json printed {:?}:\n{}", raw, printed);
+    assert!(
+        printed.contains(r"evil\u009b2J\u0085\u2028\u2029\u007f\u202e\u2066"),
+        "{}",
+        printed
+    );
+    let report: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(report["server"]["name"], NAME, "{:#}", report);
+    assert_eq!(report["server"]["version"], "\u{1b}[31m1");
+    assert_eq!(report["tools"][0], NAME);
+}
+
+/// Issue 29, seen beside it: a `nextCursor` that comes round again would
+/// keep a CLI asking for the same pages for ever; doctor fails the step
+/// at the first repeat, naming the cursor, where it used to follow 100
+/// pages and pass with one warning.
+#[test]
+fn doctor_fails_a_list_whose_cursor_comes_round_again() {
+    let dir = TempDir::new("doctor-cycle", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        app.initialize()?;
+        while let Some(request) = app.request() {
+            let next = if request["params"]["cursor"] == "a" {
+                "b"
+            } else {
+                "a"
+            };
+            app.answer(
+                &request,
+                json!({"tools": [{"name": "t"}], "nextCursor": next}),
+            )?;
+        }
+        Ok(())
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
+    assert_eq!(
+        report["error"],
+        "page 3 of tools/list gives a nextCursor an earlier page gave (\"a\"): \
+         a CLI following it would ask for the same pages for ever",
+        "{:#}",
+        report
+    );
+}
+
+/// Issue 29, seen beside it: a tool whose `inputSchema` nests 100,000
+/// levels deep passed as ok, but serde_json, which Rust clients such as
+/// Codex read every message with, refuses the 128th level: such a CLI
+/// gets no tool list at all. Doctor fails the step and says why.
+#[test]
+fn doctor_fails_a_list_nested_deeper_than_a_cli_reads() {
+    let dir = TempDir::new("doctor-deep", 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, |mut app| {
+        app.initialize()?;
+        let request = app.request().expect("tools/list");
+        let depth = 100_000;
+        let schema = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        app.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"tools":[{{"name":"deep","inputSchema":{}}}]}}}}"#,
+            request["id"], schema
+        ))?;
+        while app.request().is_some() {}
+        Ok(())
+    });
+    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("page 1 of tools/list nests arrays and objects 100004 levels deep"),
+        "{}",
+        error
+    );
+    assert!(error.contains("refuses more than 127"), "{}", error);
+}

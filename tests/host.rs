@@ -171,6 +171,39 @@ fn stale_socket_is_replaced() {
     });
 }
 
+/// Issue 29, seen beside it: root's `serve` (or any app) removed another
+/// user's stale socket in a sticky directory such as /tmp, where the
+/// kernel would not let that user remove ours. A stale socket is removed
+/// only if it is ours; another user's is left where it is, and the bind
+/// says whose it is.
+#[test]
+fn another_users_stale_socket_is_left_alone() {
+    if !is_root() {
+        eprintln!("skipped: needs root to make a socket of another user");
+        return;
+    }
+    let dir = TempDir::new("stale-theirs", 0o1777);
+    drop(std::os::unix::net::UnixListener::bind(dir.socket()).unwrap());
+    let nobody = Some(rustix::process::Uid::from_raw(support::NOBODY));
+    rustix::fs::chown(dir.socket(), nobody, None).unwrap();
+    let e = Listener::bind(dir.socket()).unwrap_err();
+    assert_eq!(e.io_error().kind(), io::ErrorKind::AlreadyExists, "{}", e);
+    assert_eq!(
+        mcp_bridge::error_chain(&e),
+        format!(
+            "cannot listen on '{}': something that is not ours to replace is in the way; \
+             it was left untouched: a stale socket of user {} is at this path (nothing \
+             listens); it is not ours to remove",
+            dir.socket().display(),
+            support::NOBODY
+        )
+    );
+    let left = fs::symlink_metadata(dir.socket()).unwrap();
+    assert!(left.file_type().is_socket());
+    assert_eq!(left.uid(), support::NOBODY);
+    assert_eq!(dir.entries(), ["app.sock"], "and nothing else of ours");
+}
+
 #[test]
 fn files_that_are_not_sockets_are_left_alone() {
     let dir = TempDir::new("not-socket", 0o700);
@@ -535,11 +568,13 @@ fn emfile() -> i32 {
 }
 
 /// At the descriptor limit: a failed bind leaves no private directory behind; with
-/// exactly one descriptor free the bind succeeds and leaves only the socket (no
-/// second link to it in a private directory); while accepting fails for want of
-/// descriptors, a bridge that connects waits in the kernel's queue and is accepted
-/// once they are free, and the log says that, not that connections were dropped;
-/// and dropping the listener removes its file without needing a descriptor.
+/// exactly the three descriptors a bind needs free, it succeeds and leaves only the
+/// socket (no second link to it in a private directory); a bridge that connects
+/// with no descriptor free is accepted at once in place of the listener's spare;
+/// once that is gone too, while accepting fails for want of descriptors, a
+/// connection waits in the kernel's queue and is accepted once they are free, and
+/// the log says that, not that connections were dropped; and dropping the listener
+/// removes its file without needing a descriptor.
 #[test]
 fn the_descriptor_limit_leaves_no_litter_and_delays_without_dropping() {
     const NAME: &str = "the_descriptor_limit_leaves_no_litter_and_delays_without_dropping";
@@ -603,27 +638,51 @@ fn descriptor_limit_alone() {
         .unwrap();
     let mut go = bridge.stdin.take().unwrap();
 
+    // A bind needs three descriptors at once: the endpoint's directory (held
+    // for the listener's life), the private directory it binds in, and the
+    // socket. With fewer, it fails and leaves nothing behind. (The spare it
+    // keeps once bound is taken only if one is free.)
     let mut exhaustion = Exhaustion::now();
-    let e = Listener::bind(dir.socket()).unwrap_err();
-    assert_eq!(e.io_error().raw_os_error(), Some(emfile()), "{}", e);
-    exhaustion.free_one();
-    assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
+    for free in 0..3 {
+        let e = Listener::bind(dir.socket()).unwrap_err();
+        assert_eq!(
+            e.io_error().raw_os_error(),
+            Some(emfile()),
+            "{} free: {}",
+            free,
+            e
+        );
+        // One more free, which looking at the directory takes for a moment.
+        exhaustion.free_one();
+        assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
+    }
 
-    // Exactly one descriptor free: the socket's.
+    // Exactly three free: bound, it holds all three (the endpoint's
+    // directory, the socket, and a spare for accepting at the limit).
     let listener = Listener::bind(dir.socket()).unwrap();
     exhaustion.free_one();
     assert_eq!(dir.entries(), ["app.sock"]);
     assert_eq!(fs::symlink_metadata(dir.socket()).unwrap().nlink(), 1);
     exhaustion.fill();
 
-    // None free: the bridge connects, and waits in the kernel's queue.
+    // None free but the spare: the bridge that connects now is accepted at
+    // once, in the spare's place.
     io::Write::write_all(&mut go, b"go\n").unwrap();
+    let connection = smol::block_on(accept(&listener));
+    assert_eq!(connection.handshake.requester, "at-the-limit");
+
+    // None free, and no spare: a connection (its socket on our side made
+    // with one descriptor freed for it) waits in the kernel's queue, and is
+    // accepted once descriptors are free.
+    exhaustion.free_one();
+    let mut queued = std::os::unix::net::UnixStream::connect(dir.socket()).unwrap();
+    io::Write::write_all(&mut queued, &Handshake::new("p", "queued").to_line()).unwrap();
     let mut word = String::new();
     io::stdin().read_line(&mut word).unwrap();
     assert_eq!(word, "free\n");
     drop(exhaustion);
-    let connection = smol::block_on(accept(&listener));
-    assert_eq!(connection.handshake.requester, "at-the-limit");
+    let waited = smol::block_on(accept(&listener));
+    assert_eq!(waited.handshake.requester, "queued");
 
     // Removing the file needs no descriptor.
     let mut exhaustion = Exhaustion::now();
@@ -631,7 +690,7 @@ fn descriptor_limit_alone() {
     exhaustion.free_one();
     assert!(dir.entries().is_empty(), "left behind: {:?}", dir.entries());
     drop(exhaustion);
-    drop(connection);
+    drop((connection, waited, queued));
     drop(go);
     let _ = bridge.kill();
     bridge.wait().unwrap();

@@ -68,6 +68,19 @@ impl Client {
         }
     }
 
+    /// A hundred requests of about 100 bytes, ids 0 to 99, each echoed:
+    /// past an 8,000-byte cap.
+    fn past_the_cap(&mut self) {
+        for n in 0..100 {
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
+                n,
+                "m".repeat(60)
+            );
+            self.echo(line.as_bytes());
+        }
+    }
+
     /// Sends `line` (which ends in `\n`) and reads its echo.
     fn echo(&mut self, line: &[u8]) {
         self.stream.write_all(line).unwrap();
@@ -614,14 +627,7 @@ fn a_link_swapped_in_mid_session_redirects_nothing() {
     client.echo(b"{\"jsonrpc\":\"2.0\",\"id\":\"after-swap\",\"method\":\"m\"}\n");
     wait_for_record(&mut serve, &moved, "id=\"after-swap\"");
     // Past the cap: the rotation opens FILE by name, and finds the link.
-    for n in 0..100 {
-        let line = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{}\"}}\n",
-            n,
-            "m".repeat(60)
-        );
-        client.echo(line.as_bytes());
-    }
+    client.past_the_cap();
     drop(client);
     serve.wait_for_log("ended");
     assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
@@ -975,4 +981,179 @@ fn bridges_sharing_a_log_rotate_it_many_times_safely() {
             }
         }
     }
+}
+
+/// Issue 29, item 3: on a full disk, the `dropped N records` event was
+/// itself lost when the next write failed too, counted as one record
+/// where it stood for N: the log said 128-406 records were lost while
+/// 1,904-1,964 were. Here every write fails for a while (a tmpfs with no
+/// free block, and a log file that has none yet), one batch at a time;
+/// once a file is removed, the next record comes with the exact count.
+/// A count still unwritten when the log closes is written then, with no
+/// record after it.
+#[test]
+fn records_lost_to_a_full_disk_are_counted_exactly() {
+    use mcp_bridge::traffic_log::{LogOptions, TrafficLog};
+    let disk = match support::SmallDisk::mount("full-disk", 64 * 1024) {
+        Some(disk) => disk,
+        None => return,
+    };
+    const LOST: usize = 50;
+    let path = disk.path().join("traffic.log");
+    let log = TrafficLog::open(&path, LogOptions::default()).unwrap();
+    let filler = disk.fill();
+    for n in 0..LOST {
+        log.event(format_args!("while full {}", n));
+        assert!(log.flush(HANG_GUARD), "written or lost");
+    }
+    fs::remove_file(&filler).unwrap();
+    log.event(format_args!("room again"));
+    assert!(log.flush(HANG_GUARD));
+    drop(log);
+    let dropped = |n| {
+        format!(
+            "event dropped {} records: the log could not keep up, or could not be written",
+            n
+        )
+    };
+    assert_eq!(
+        records(&path),
+        [dropped(LOST), "event room again".to_string()]
+    );
+
+    // The count of records lost just before the log closes.
+    let path = disk.path().join("closing.log");
+    let log = TrafficLog::open(&path, LogOptions::default()).unwrap();
+    let filler = disk.fill();
+    for n in 0..7 {
+        log.event(format_args!("while full {}", n));
+        assert!(log.flush(HANG_GUARD));
+    }
+    fs::remove_file(&filler).unwrap();
+    drop(log);
+    assert_eq!(records(&path), [dropped(7)]);
+}
+
+/// Issue 29, item 2: `O_NOFOLLOW` covered the file only. A directory on
+/// the log's path that is a symbolic link another user can re-point (one
+/// in a directory every user can write, or theirs in a sticky one) made a
+/// root bridge append the user's traffic to a root file of the same name
+/// elsewhere, narrowing its mode, without a warning. Such a link is
+/// refused, named, and the file it leads to is left as it was; a link
+/// nobody else can re-point (in a directory of ours, or ours in a sticky
+/// one) is followed as before.
+#[test]
+fn a_directory_link_another_user_can_re_point_is_refused() {
+    let elsewhere = TempDir::new("log-elsewhere", 0o700);
+    let victim = elsewhere.0.join("traffic.log");
+    fs::write(&victim, b"victim\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+    // (directory mode, the link's owner, refused)
+    let mut cases = vec![
+        (0o777, None, true),
+        (0o700, None, false),
+        (0o1777, None, false),
+    ];
+    if is_root() {
+        cases.push((0o1777, Some(NOBODY), true));
+    } else {
+        eprintln!("not run: a link of another user in a sticky directory (needs root)");
+    }
+    for (mode, owner, refused) in cases {
+        let shared = TempDir::new("log-shared", mode);
+        echo_app(&shared.socket());
+        let link = shared.0.join("logs");
+        std::os::unix::fs::symlink(&elsewhere.0, &link).unwrap();
+        if let Some(owner) = owner {
+            rustix::fs::chownat(
+                rustix::fs::CWD,
+                &link,
+                Some(rustix::process::Uid::from_raw(owner)),
+                None,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .unwrap();
+        }
+        let log = link.join("traffic.log");
+        let input = requests("a", 5);
+        let ran = run(
+            &mut bridge_command(Command::new(BIN), &shared.socket(), &["--log", arg(&log)]),
+            input.clone(),
+        );
+        let case = format!("mode {:o}, link owner {:?}", mode, owner);
+        if refused {
+            assert_relayed_with_one_warning(
+                &ran,
+                &input,
+                &format!(
+                    "mcp-bridge: refusing the traffic log '{}': '{}' on its path is a \
+                     symbolic link another user can re-point",
+                    log.display(),
+                    link.display()
+                ),
+            );
+            assert_eq!(fs::read(&victim).unwrap(), b"victim\n", "{}", case);
+            assert_eq!(
+                fs::metadata(&victim).unwrap().mode() & 0o777,
+                0o644,
+                "{}",
+                case
+            );
+        } else {
+            assert!(ran.status.success(), "{}: {}", case, ran.stderr);
+            assert!(
+                log_warnings(&ran.stderr).is_empty(),
+                "{}: {}",
+                case,
+                ran.stderr
+            );
+            let text = fs::read_to_string(&victim).unwrap();
+            assert!(text.contains("id=\"a-4\""), "{}: {}", case, text);
+            fs::write(&victim, b"victim\n").unwrap();
+            fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+}
+
+/// Issue 29, item 2, with the window made wide: the log's directory is
+/// found once and held. Renamed mid-session, with a link to another
+/// directory put in its place, it redirects nothing: the rotation renames
+/// and creates files in the directory held, and the other directory gets
+/// no file. (Rotating by path followed the link, and the records went on
+/// into a new file there.)
+#[test]
+fn the_log_s_directory_re_pointed_mid_session_redirects_nothing() {
+    const CAP: u64 = 8000;
+    let shared = TempDir::new("log-repoint", 0o777);
+    let elsewhere = TempDir::new("log-elsewhere", 0o700);
+    let logs = shared.0.join("logs");
+    fs::create_dir(&logs).unwrap();
+    let log = logs.join("traffic.log");
+    let cap = CAP.to_string();
+    let mut serve = start_serve(
+        &shared.socket(),
+        &log,
+        &[("MCP_BRIDGE_LOG_MAX_BYTES", cap.as_str())],
+    );
+    wait_for_record(&mut serve, &log, "event start");
+    let moved = shared.0.join("moved");
+    fs::rename(&logs, &moved).unwrap();
+    std::os::unix::fs::symlink(&elsewhere.0, &logs).unwrap();
+
+    let mut client = Client::connect(&shared.socket(), "r");
+    // Past the cap: the rotation renames FILE and opens a new one.
+    client.past_the_cap();
+    drop(client);
+    serve.wait_for_log("ended");
+    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
+
+    assert_eq!(elsewhere.entries(), Vec::<String>::new());
+    let rotated = records(&moved.join("traffic.log.1"));
+    let current = records(&moved.join("traffic.log"));
+    assert!(
+        rotated.iter().chain(&current).any(|r| r.contains("id=99")),
+        "the last record is in the directory held"
+    );
+    let stderr = serve.stderr();
+    assert!(log_warnings(&stderr).is_empty(), "{}", stderr);
 }

@@ -15,7 +15,9 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::platform;
-use super::raw::{cut, for_each_element, item_name, members, quote, text_member};
+use super::raw::{
+    cut, for_each_element, item_name, members, nesting_depth, quote, text_member, NAME_BYTES,
+};
 use super::report::Listing;
 use crate::bridge::{BridgeError, DRAIN_GRACE};
 use crate::endpoint::{Reader, Writer};
@@ -31,6 +33,12 @@ const LINE_LIMIT: usize = 16 * 1024 * 1024;
 /// Most pages of one list followed (`nextCursor`), within the step's
 /// time bound.
 const PAGE_LIMIT: usize = 100;
+
+/// The deepest nesting of arrays and objects in a message that serde_json
+/// reads with its default settings, which is how Rust clients (Codex CLI
+/// among them) read every message: it refuses the 128th level. A deeper
+/// list page fails to parse there, and such a CLI gets no list at all.
+const DEEPEST_NESTING: usize = 127;
 
 /// Most names of a list kept (for the JSON document); the rest are
 /// counted. Far more tools than any CLI can offer a model.
@@ -48,6 +56,15 @@ pub(super) struct List {
     pub(super) member: &'static str,
     /// One item, for the report.
     pub(super) noun: &'static str,
+}
+
+/// `text`'s 64-bit FNV-1a hash: a few instructions, no table; at most
+/// [`PAGE_LIMIT`] of them are compared, and a collision would only cost a
+/// list a false "comes round again".
+fn hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// How the close went.
@@ -410,6 +427,10 @@ impl<'a> Session<'a> {
             bytes: 0,
         };
         let mut cursor: Option<Box<RawValue>> = None;
+        // Hashes of the cursors followed: a cursor given twice means a
+        // list a CLI would page through for ever. Hashes, not the cursors,
+        // which the app may make megabytes long.
+        let mut followed: Vec<u64> = Vec::new();
         while listing.pages < PAGE_LIMIT {
             let params = match cursor.take() {
                 Some(cursor) => format!(r#"{{"cursor":{}}}"#, cursor.get()),
@@ -420,6 +441,16 @@ impl<'a> Session<'a> {
                 .await?;
             listing.pages += 1;
             listing.bytes += result.get().len();
+            // The result sits in the message object: one level more.
+            let depth = nesting_depth(result.get()) + 1;
+            if depth > DEEPEST_NESTING {
+                return Err(format!(
+                    "page {} of {} nests arrays and objects {} levels deep; serde_json, \
+                     which Rust clients such as Codex CLI read messages with, refuses more \
+                     than {}, so such a CLI cannot read this list",
+                    listing.pages, list.method, depth, DEEPEST_NESTING
+                ));
+            }
             let page = members(result.get())
                 .ok_or_else(|| format!("the {} result is not an object", list.method))?;
             let names = &mut listing.names;
@@ -438,7 +469,20 @@ impl<'a> Session<'a> {
                 ));
             }
             match page.get("nextCursor") {
-                Some(next) if next.get() != "null" => cursor = Some((*next).to_owned()),
+                Some(next) if next.get() != "null" => {
+                    let next_hash = hash(next.get());
+                    if followed.contains(&next_hash) {
+                        return Err(format!(
+                            "page {} of {} gives a nextCursor an earlier page gave ({}): \
+                             a CLI following it would ask for the same pages for ever",
+                            listing.pages,
+                            list.method,
+                            cut(next.get(), NAME_BYTES)
+                        ));
+                    }
+                    followed.push(next_hash);
+                    cursor = Some((*next).to_owned());
+                }
                 _ => return Ok(listing),
             }
         }
@@ -514,5 +558,16 @@ mod tests {
             ]
         );
         assert!(noted.drain().is_empty());
+    }
+
+    /// The limit is serde_json's own: it reads a message nested
+    /// [`DEEPEST_NESTING`] levels deep, and refuses one level more.
+    #[test]
+    fn the_deepest_nesting_is_serde_json_s() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let parse = |text: &str| serde_json::from_str::<Value>(text).is_ok();
+        assert!(parse(&nested(DEEPEST_NESTING)));
+        assert!(!parse(&nested(DEEPEST_NESTING + 1)));
+        assert_eq!(nesting_depth(&nested(DEEPEST_NESTING)), DEEPEST_NESTING);
     }
 }

@@ -87,7 +87,7 @@ pub const CLAUDE_CODE_BUDGET: Duration = Duration::from_secs(30);
 /// let mut config = mcp_bridge::doctor::Config::new("/run/user/1000/app/mcp.sock");
 /// config.handshake.requester = "installer".into();
 /// let report = mcp_bridge::doctor::run(&config);
-/// println!("{}", report.to_json());
+/// println!("{}", report.to_json_text());
 /// assert!(report.passed());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

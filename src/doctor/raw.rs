@@ -42,6 +42,36 @@ pub(super) fn for_each_element(array: &str, mut each: impl FnMut(&str)) -> bool 
     })
 }
 
+/// How deeply arrays and objects nest in `json` (already checked to be
+/// valid JSON): 0 for a number or a string, 1 for `[]` or `{"a":1}`, 2 for
+/// `[[]]`. Read byte by byte, without recursion, so a 100,000-deep value
+/// costs its length and no stack.
+pub(super) fn nesting_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// The name (or URI) of a list item, cut to [`NAME_BYTES`].
 pub(super) fn item_name(item: &str) -> String {
     let item = members(item).unwrap_or_default();
@@ -105,6 +135,15 @@ mod tests {
         );
         assert_eq!(elements(r#"{"a":1}"#), None);
         assert_eq!(elements(""), None);
+    }
+
+    #[test]
+    fn nesting_is_counted_outside_strings_only() {
+        assert_eq!(nesting_depth("3"), 0);
+        assert_eq!(nesting_depth(r#""[[{""#), 0);
+        assert_eq!(nesting_depth(r#"{"a":[1,{"b":"\"]}"}],"c":[]}"#), 3);
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(nesting_depth(&deep), 100_000);
     }
 
     #[test]

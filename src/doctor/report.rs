@@ -5,7 +5,11 @@
 //! messages, lines it should not have sent), so the text report escapes
 //! every control character in what it prints ([`escape`]): a terminal
 //! would otherwise obey an app's `ESC[2J`, or a cursor move that writes
-//! `ok` over a `FAIL`. The JSON document escapes by its own rules.
+//! `ok` over a `FAIL`. The JSON document ([`Report::to_json_text`]) is
+//! written with the same characters as JSON escapes (`\u0085`,
+//! `\u2028`), which keep the value and still cannot move a cursor when the
+//! document is shown in a terminal (or break a JavaScript string, where
+//! U+2028 ends a line).
 
 use std::borrow::Cow;
 use std::fmt::{self, Write};
@@ -272,6 +276,11 @@ impl Report {
     }
 
     /// The report for a program: one JSON document with the same facts.
+    ///
+    /// The strings in it are the app's own, as sent; serializing the value
+    /// with serde_json leaves C1 controls, DEL, the line and paragraph
+    /// separators and the bidirectional overrides in them as they are.
+    /// [`to_json_text`](Self::to_json_text) writes them as escapes.
     pub fn to_json(&self) -> Value {
         let steps: Vec<Value> = self
             .steps
@@ -345,17 +354,27 @@ impl Report {
             "config": self.snippets.to_json(),
         })
     }
+
+    /// [`to_json`](Self::to_json) as `doctor --json` prints it: indented,
+    /// with C1 controls, DEL, U+2028, U+2029 and the bidirectional
+    /// overrides in the app's strings written as JSON escapes, so the
+    /// document is the same to a parser and safe to show in a terminal.
+    pub fn to_json_text(&self) -> String {
+        escape_json(format!("{:#}", self.to_json()))
+    }
 }
 
-/// `text` fit for a terminal: every control character (C0, DEL, C1), the
-/// line and paragraph separators and the bidirectional overrides, which
-/// could move the cursor, clear the screen or reorder what is shown, are
-/// written as escapes (`\x1b`, `\n`, `\u{9b}`); the rest is unchanged.
+/// Whether `c` could move the cursor, clear the screen or reorder what a
+/// terminal shows: a control character (C0, DEL, C1), the line or
+/// paragraph separator, or a bidirectional override.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` fit for a terminal: every [`unsafe_char`] is written as an
+/// escape (`\x1b`, `\n`, `\u{9b}`); the rest is unchanged.
 pub(super) fn escape(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
     if !text.chars().any(unsafe_char) {
         return Cow::Borrowed(text);
     }
@@ -377,6 +396,32 @@ pub(super) fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `json`, a serialized JSON document, with every [`unsafe_char`] that
+/// serde_json leaves as it is (all but C0, which it escapes) written as a
+/// `\uXXXX` escape instead: the same document to a parser, and one a
+/// terminal can show. Outside its strings a JSON document is ASCII, so
+/// every such character is inside a string, where the escape means the
+/// same character; all of them are in the Basic Multilingual Plane, so
+/// one escape each.
+fn escape_json(json: String) -> String {
+    let left_raw = |c: char| c >= '\u{7f}' && unsafe_char(c);
+    if !json.chars().any(left_raw) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if left_raw(c) {
+            out.push_str("\\u");
+            for shift in [12, 8, 4, 0] {
+                out.push(char::from(b"0123456789abcdef"[(c as usize >> shift) & 0xf]));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Milliseconds with three decimals (microseconds), for the JSON document.
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
@@ -389,7 +434,7 @@ fn millis(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::{escape, escape_json};
 
     #[test]
     fn escape_leaves_text_and_escapes_controls() {
@@ -398,5 +443,20 @@ mod tests {
         assert_eq!(escape("x\ny\r\t\x7f"), "x\\ny\\r\\t\\x7f");
         assert_eq!(escape("\u{9b}2J \u{85}"), "\\u{9b}2J \\u{85}");
         assert_eq!(escape("\u{202e}abc\u{2028}"), "\\u{202e}abc\\u{2028}");
+    }
+
+    /// The escapes are JSON's own: the document parses to the same value.
+    #[test]
+    fn escape_json_keeps_the_value() {
+        let value = serde_json::json!({"name": "a\u{85}b\u{2028}\u{7f}\u{202e} é\u{1b}"});
+        let text = escape_json(format!("{:#}", value));
+        assert_eq!(
+            text,
+            "{\n  \"name\": \"a\\u0085b\\u2028\\u007f\\u202e é\\u001b\"\n}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            value
+        );
     }
 }

@@ -3,10 +3,14 @@
 //!
 //! Why it never stops to wait: a silent peer must not keep a bridge that has
 //! already sent its handshake waiting in the kernel's backlog, so memory and
-//! descriptors are bounded by dropping the oldest waiting peer instead.
+//! descriptors are bounded by dropping the oldest waiting peer instead. At
+//! the descriptor limit too: there the oldest waiting peer is dropped to
+//! accept the next connection, rather than every connection waiting in the
+//! kernel's queue behind the silent ones until their handshake time is up.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,18 +49,28 @@ pub(super) enum Accepted {
     Peer(Box<(platform::Reader, platform::Writer)>),
     /// A peer that was refused and already dropped; the text says why.
     Refused(String),
-    /// A failure that may heal (out of file descriptors, an aborted
-    /// connection); the loop logs it, pauses and carries on.
+    /// A failure that may heal (out of memory, an aborted connection); the
+    /// loop logs it, pauses and carries on.
     Retry(io::Error),
+    /// Out of file descriptors: a [`Retry`](Accepted::Retry), unless a
+    /// peer waiting for its handshake can give its descriptor up.
+    #[cfg_attr(not(unix), allow(dead_code))]
+    OutOfDescriptors(io::Error),
 }
 
-/// The tasks of the peers accepted but not yet taken by the app (reading
-/// their handshake, or waiting for [`Listener::accept`]), by accept order,
-/// so the oldest is the first one found. Dropping a task cancels it, which
-/// drops its peer; each task removes itself when it ends.
+/// The peers accepted but not yet taken by the app (reading their
+/// handshake, or waiting for [`Listener::accept`]), by accept order, so the
+/// oldest is the first one found. Each task removes itself when it ends.
 ///
 /// [`Listener::accept`]: super::Listener::accept
-type Pending = Mutex<BTreeMap<u64, Task<()>>>;
+type Pending = Mutex<BTreeMap<u64, Waiting>>;
+
+/// One pending peer: the task reading its handshake (dropping it cancels
+/// it, which drops the peer), and whether the peer has sent anything yet.
+struct Waiting {
+    task: Task<()>,
+    heard: Arc<AtomicBool>,
+}
 
 /// Accepts peers for as long as the listener lives, reading each one's
 /// handshake in its own task so a slow peer holds up nobody else.
@@ -89,7 +103,10 @@ pub(super) async fn accept_loop(
             futures_lite::future::yield_now().await;
         }
         let accepted = acceptor.accept().await;
-        if !matches!(accepted, Ok(Accepted::Retry(_))) {
+        if !matches!(
+            accepted,
+            Ok(Accepted::Retry(_)) | Ok(Accepted::OutOfDescriptors(_))
+        ) {
             if let Some(outage) = outage.take() {
                 outage.ended();
             }
@@ -108,14 +125,29 @@ pub(super) async fn accept_loop(
                 ));
                 continue;
             }
-            Ok(Accepted::Retry(e)) => {
-                // Out of descriptors or memory: the connections stay in the kernel's
-                // queue meanwhile, and are accepted once it passes. Say so, once per
-                // outage, rather than a line per attempt.
-                match &mut outage {
-                    Some(outage) => outage.attempts += 1,
-                    None => outage = Some(Outage::began(e, &accept_log)),
+            Ok(Accepted::OutOfDescriptors(e)) => {
+                // The connection at the head of the kernel's queue may be a bridge
+                // that sent its handshake at once, while the oldest silent peer
+                // held has sent nothing all this time: that one gives up its
+                // descriptor. A peer that has spoken is kept (it may be a bridge
+                // waiting for the app), and the loop waits as for any outage.
+                if drop_oldest(&pending, Silent::Only).await {
+                    peer_log.line(format_args!(
+                        "dropped a connection: out of file descriptors ({}), and it was \
+                         the oldest waiting for its handshake or for the app",
+                        e
+                    ));
+                    continue;
                 }
+                outage = Some(Outage::go_on(outage, e, &accept_log));
+                Timer::after(RETRY_PAUSE).await;
+                continue;
+            }
+            Ok(Accepted::Retry(e)) => {
+                // Out of memory, say: the connections stay in the kernel's queue
+                // meanwhile, and are accepted once it passes. Say so, once per
+                // outage, rather than a line per attempt.
+                outage = Some(Outage::go_on(outage, e, &accept_log));
                 Timer::after(RETRY_PAUSE).await;
                 continue;
             }
@@ -127,7 +159,15 @@ pub(super) async fn accept_loop(
         };
         next_id += 1;
         let id = next_id;
-        let work = take_handshake(reader, writer, options, ready.clone(), peer_log.clone());
+        let heard = Arc::new(AtomicBool::new(platform::has_spoken(&reader)));
+        let work = take_handshake(
+            reader,
+            writer,
+            options,
+            ready.clone(),
+            peer_log.clone(),
+            heard.clone(),
+        );
         let registry = Arc::downgrade(&pending);
         let crowded = {
             // Locked across the spawn, so the task cannot try to remove
@@ -137,13 +177,14 @@ pub(super) async fn accept_loop(
                 work.await;
                 forget(&registry, id);
             });
-            peers.insert(id, task);
+            peers.insert(id, Waiting { task, heard });
             peers.len() > most_pending
         };
-        if crowded && drop_oldest(&pending).await {
+        if crowded && drop_oldest(&pending, Silent::First).await {
             peer_log.line(format_args!(
                 "dropped a connection: more than {} were waiting for their handshake \
-                 or for the app, and it was the oldest",
+                 or for the app, and it was the oldest that had sent nothing (or the \
+                 oldest, all having spoken)",
                 most_pending
             ));
         }
@@ -183,6 +224,17 @@ impl Outage {
         }
     }
 
+    /// `outage` with one more failed attempt, or one that begins now.
+    fn go_on(outage: Option<Outage>, error: io::Error, log: &Arc<PeerLog>) -> Outage {
+        match outage {
+            Some(mut outage) => {
+                outage.attempts += 1;
+                outage
+            }
+            None => Outage::began(error, log),
+        }
+    }
+
     fn ended(self) {
         if self.logged {
             log(format_args!(
@@ -200,23 +252,39 @@ impl Outage {
 fn forget(registry: &Weak<Pending>, id: u64) {
     if let Some(pending) = registry.upgrade() {
         // The running task's own handle: let it finish on its own.
-        if let Some(task) = lock(&pending).remove(&id) {
-            task.detach();
+        if let Some(waiting) = lock(&pending).remove(&id) {
+            waiting.task.detach();
         }
     }
 }
 
-/// Cancels the oldest pending peer's task and waits until it is gone (its
-/// socket closed); `false` if no peer is pending.
-async fn drop_oldest(pending: &Pending) -> bool {
+/// Which pending peer [`drop_oldest`] may drop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Silent {
+    /// The oldest that has sent nothing yet, or else the oldest of all.
+    First,
+    /// Only the oldest that has sent nothing yet.
+    Only,
+}
+
+/// Cancels the task of the oldest pending peer that `which` allows, and
+/// waits until it is gone (its socket closed); `false` if there is none.
+async fn drop_oldest(pending: &Pending, which: Silent) -> bool {
     let oldest = {
         let mut peers = lock(pending);
-        let first = peers.keys().next().copied();
+        let silent = peers
+            .iter()
+            .find(|(_, waiting)| !waiting.heard.load(Ordering::Relaxed))
+            .map(|(&id, _)| id);
+        let first = match which {
+            Silent::First => silent.or_else(|| peers.keys().next().copied()),
+            Silent::Only => silent,
+        };
         first.and_then(|id| peers.remove(&id))
     };
     match oldest {
-        Some(task) => {
-            task.cancel().await;
+        Some(waiting) => {
+            waiting.task.cancel().await;
             true
         }
         None => false,
@@ -230,8 +298,10 @@ async fn take_handshake(
     options: Options,
     ready: Sender<io::Result<Connection>>,
     peer_log: Arc<PeerLog>,
+    heard: Arc<AtomicBool>,
 ) {
-    match read_handshake(reader, options.handshake_limit, options.handshake_timeout).await {
+    let limit = options.handshake_limit;
+    match read_handshake(reader, limit, options.handshake_timeout, &heard).await {
         Ok((handshake, reader)) => {
             let connection = Connection {
                 handshake,

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_lite::io::AsyncReadExt;
@@ -47,10 +48,13 @@ impl fmt::Display for HandshakeFailure {
 
 /// Reads one handshake line of at most `limit` bytes within `timeout`, and
 /// returns it parsed, with a [`Reader`] that yields every byte after it.
+/// `heard` is set once the peer's first bytes (or its end) have arrived: a
+/// peer that has sent nothing yet is the one to drop when room is needed.
 pub(super) async fn read_handshake(
     mut inner: platform::Reader,
     limit: usize,
     timeout: Duration,
+    heard: &AtomicBool,
 ) -> Result<(Handshake, Reader), HandshakeFailure> {
     let reading = async {
         // A silent peer costs no buffer: allocated once bytes arrive. (The
@@ -58,6 +62,7 @@ pub(super) async fn read_handshake(
         // `inner` is held across the wait.)
         let readable = platform::readable(&inner);
         readable.await.map_err(HandshakeFailure::Io)?;
+        heard.store(true, Ordering::Relaxed);
         let mut buffer = Vec::new();
         let mut chunk = vec![0u8; READ_CHUNK];
         loop {
@@ -114,9 +119,10 @@ mod tests {
                 .await
                 .unwrap();
             drop(peer);
-            let (handshake, mut reader) = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap();
+            let (handshake, mut reader) =
+                read_handshake(ours, 1024, Duration::from_secs(5), &AtomicBool::new(false))
+                    .await
+                    .unwrap();
             assert_eq!(handshake, Handshake::new("p", "r"));
             let mut rest = Vec::new();
             reader.read_to_end(&mut rest).await.unwrap();
@@ -134,9 +140,10 @@ mod tests {
                     Timer::after(Duration::from_millis(1)).await;
                 }
             });
-            let (handshake, mut reader) = read_handshake(ours, 1024, Duration::from_secs(5))
-                .await
-                .unwrap();
+            let (handshake, mut reader) =
+                read_handshake(ours, 1024, Duration::from_secs(5), &AtomicBool::new(false))
+                    .await
+                    .unwrap();
             writer.await;
             assert_eq!(handshake.requester, "r");
             let mut rest = Vec::new();
@@ -151,14 +158,24 @@ mod tests {
             let line = b"{\"project\":\"p\",\"requester\":\"r\"}\n";
             let (mut peer, ours) = pair();
             peer.write_all(line).await.unwrap();
-            assert!(read_handshake(ours, line.len(), Duration::from_secs(5))
-                .await
-                .is_ok());
+            assert!(read_handshake(
+                ours,
+                line.len(),
+                Duration::from_secs(5),
+                &AtomicBool::new(false)
+            )
+            .await
+            .is_ok());
             let (mut peer, ours) = pair();
             peer.write_all(line).await.unwrap();
-            let e = read_handshake(ours, line.len() - 1, Duration::from_secs(5))
-                .await
-                .unwrap_err();
+            let e = read_handshake(
+                ours,
+                line.len() - 1,
+                Duration::from_secs(5),
+                &AtomicBool::new(false),
+            )
+            .await
+            .unwrap_err();
             assert!(matches!(e, HandshakeFailure::TooLong(_)), "{}", e);
         });
     }
@@ -172,9 +189,14 @@ mod tests {
                 // Stops when the reader gives up and the socket closes.
                 while peer.write_all(&junk).await.is_ok() {}
             });
-            let e = read_handshake(ours, 10_000, Duration::from_secs(5))
-                .await
-                .unwrap_err();
+            let e = read_handshake(
+                ours,
+                10_000,
+                Duration::from_secs(5),
+                &AtomicBool::new(false),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(e.to_string(), "handshake longer than 10000 bytes");
             writer.await;
         });
@@ -185,9 +207,14 @@ mod tests {
         smol::block_on(async {
             let (mut peer, ours) = pair();
             peer.write_all(b"{\"project\":").await.unwrap();
-            let e = read_handshake(ours, 1024, Duration::from_millis(100))
-                .await
-                .unwrap_err();
+            let e = read_handshake(
+                ours,
+                1024,
+                Duration::from_millis(100),
+                &AtomicBool::new(false),
+            )
+            .await
+            .unwrap_err();
             assert!(matches!(e, HandshakeFailure::TimedOut(_)), "{}", e);
         });
     }
@@ -197,7 +224,7 @@ mod tests {
         smol::block_on(async {
             let (peer, ours) = pair();
             drop(peer);
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
+            let e = read_handshake(ours, 1024, Duration::from_secs(5), &AtomicBool::new(false))
                 .await
                 .unwrap_err();
             assert!(matches!(e, HandshakeFailure::Probe), "{}", e);
@@ -205,14 +232,14 @@ mod tests {
             let (mut peer, ours) = pair();
             peer.write_all(b"{\"project\"").await.unwrap();
             drop(peer);
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
+            let e = read_handshake(ours, 1024, Duration::from_secs(5), &AtomicBool::new(false))
                 .await
                 .unwrap_err();
             assert!(matches!(e, HandshakeFailure::Closed), "{}", e);
 
             let (mut peer, ours) = pair();
             peer.write_all(b"{\"project\":\"p\"}\n").await.unwrap();
-            let e = read_handshake(ours, 1024, Duration::from_secs(5))
+            let e = read_handshake(ours, 1024, Duration::from_secs(5), &AtomicBool::new(false))
                 .await
                 .unwrap_err();
             assert_eq!(e.to_string(), "invalid handshake: 'requester' is missing");

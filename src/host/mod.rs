@@ -40,10 +40,13 @@
 //!   user, LocalSystem and administrators included, when they open it;
 //!   `PIPE_REJECT_REMOTE_CLIENTS` refuses other machines (see
 //!   `PipeListener` (Windows only), on which the Windows side is built).
-//! - **Restarts just work, and never steal.** A stale socket file left by a
-//!   crashed app (nothing listening) is replaced; a live one is never
-//!   replaced: [`Listener::bind`] fails with [`BindError`] instead. The file
-//!   is removed when the listener is dropped. On Windows there is no file:
+//! - **Restarts just work, and never steal.** A stale socket file of ours
+//!   left by a crashed app (nothing listening) is replaced; a live one, or
+//!   another user's, is never replaced: [`Listener::bind`] fails with
+//!   [`BindError`] instead. Nothing the bind does follows a name another
+//!   user could change (it works in directories it holds open), and a
+//!   directory others can write is one line on stderr (see `unix.rs`). The
+//!   file is removed when the listener is dropped. On Windows there is no file:
 //!   a pipe vanishes with its last handle, and binding the name of a live
 //!   pipe fails with `AddrInUse`.
 //! - **One bad peer cannot hurt the others.** Handshakes are read
@@ -58,9 +61,15 @@
 //!   for the app to take them) at once, and on Unix at most half the
 //!   process's file descriptor limit (so silent peers never take the
 //!   descriptors the app needs to serve the bridges it accepted); beyond
-//!   that, the *oldest* one is dropped, which is never a bridge that just
-//!   connected. A silent peer costs a socket and a small task, no buffer:
-//!   the read buffer is only allocated once its first bytes arrive.
+//!   that, the *oldest* one that has sent nothing yet is dropped (or, if
+//!   all have spoken, the oldest), which is never a bridge that just
+//!   connected. At the descriptor limit itself, the oldest silent peer
+//!   gives its descriptor up for the next connection, and with none left
+//!   a spare descriptor the listener keeps is let go for it (Unix), so the
+//!   connections behind the silent ones are accepted at once, not after
+//!   [`HANDSHAKE_TIMEOUT`]. A silent peer costs a socket and a small task,
+//!   no buffer: the read buffer is only allocated once its first bytes
+//!   arrive.
 //! - **No byte is lost.** Bytes that arrive right behind the handshake line
 //!   are handed over at the front of the connection's [`Reader`].
 //!
@@ -366,8 +375,9 @@ impl BindError {
     }
 
     /// The underlying OS error. `AddrInUse` means another process is
-    /// listening there; `AlreadyExists` means something that is not a socket
-    /// is in the way.
+    /// listening there; `AlreadyExists` means something that is not ours to
+    /// replace is in the way: a file that is not a socket, or another
+    /// user's stale socket.
     pub fn io_error(&self) -> &io::Error {
         &self.source
     }
@@ -380,7 +390,7 @@ impl fmt::Display for BindError {
                 "another process is listening there; stop it first, or choose another endpoint"
             }
             io::ErrorKind::AlreadyExists => {
-                "something other than a socket is in the way; it was left untouched"
+                "something that is not ours to replace is in the way; it was left untouched"
             }
             io::ErrorKind::NotFound => "its directory does not exist",
             io::ErrorKind::PermissionDenied => {

@@ -103,14 +103,15 @@ use crate::ffi::windows::{
 use crate::io::BUFFER_SIZE;
 
 /// The reading half of a connection accepted on a pipe. Holds the
-/// connection's place under the listener's limit.
+/// connection's place under the listener's limit (held, never read: its
+/// drop gives the place back).
 #[derive(Debug)]
-pub(super) struct Reader(PipeReader, Arc<Slot>);
+pub(super) struct Reader(PipeReader, #[allow(dead_code)] Arc<Slot>);
 
 /// The writing half of a connection accepted on a pipe. Holds the
-/// connection's place under the listener's limit.
+/// connection's place under the listener's limit, as [`Reader`] does.
 #[derive(Debug)]
-pub(super) struct Writer(PipeWriter, Arc<Slot>);
+pub(super) struct Writer(PipeWriter, #[allow(dead_code)] Arc<Slot>);
 
 forward_async_read!(Reader);
 forward_async_write!(Writer);
@@ -161,6 +162,12 @@ pub(super) fn readable(
     _reader: &Reader,
 ) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
     futures_lite::future::ready(Ok(()))
+}
+
+/// Whether the peer has sent something already: not asked here (the
+/// listener never runs out of descriptors to make room for), so `false`.
+pub(super) fn has_spoken(_reader: &Reader) -> bool {
+    false
 }
 
 /// Completes once the peer has closed its end: pipes have no half-close,

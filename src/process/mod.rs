@@ -67,7 +67,7 @@ use std::future::Future;
 use std::io;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use smol::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use smol::{Task, Timer};
@@ -189,9 +189,32 @@ impl GroupChild {
     /// If the operating system refuses to signal or wait for the child; it is
     /// then killed when this is dropped.
     pub async fn shutdown(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+        self.shutdown_since(Instant::now(), grace).await
+    }
+
+    /// [`shutdown`](Self::shutdown) for a caller that took the child's
+    /// stdin out and closed it itself, at `closed`: the first grace counts
+    /// from then, not from this call, so a child whose stdin was closed a
+    /// grace ago gets SIGTERM at once. (`serve` closes a child's stdin when
+    /// its bridge disconnects, then relays the child's last replies for the
+    /// bridge's drain; that drain is the first grace, not a second before
+    /// it.)
+    ///
+    /// # Errors
+    ///
+    /// As [`shutdown`](Self::shutdown).
+    pub async fn shutdown_since(
+        &mut self,
+        closed: Instant,
+        grace: Duration,
+    ) -> io::Result<ExitStatus> {
         drop(self.stdin.take());
         let exit = self.exit.clone();
-        let status = stop(&mut self.child, self.group, grace, move |_| exit.wait()).await?;
+        let first = grace.saturating_sub(closed.elapsed());
+        let status = stop(&mut self.child, self.group, first, grace, move |_| {
+            exit.wait()
+        })
+        .await?;
         self.stopped = true;
         Ok(status)
     }
@@ -232,13 +255,16 @@ impl fmt::Debug for GroupChild {
 /// left to the child's kill-on-drop, if it was spawned with one.
 pub async fn shutdown(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
     let group = platform::leads_group(child);
-    stop(child, group, grace, Child::status).await
+    stop(child, group, grace, grace, Child::status).await
 }
 
-/// The stop sequence, for a child whose exit `exited` waits for.
+/// The stop sequence, for a child whose exit `exited` waits for: `first`
+/// after its stdin is closed (what is left of the first grace), then
+/// `grace` after SIGTERM.
 async fn stop<W, F>(
     child: &mut Child,
     group: bool,
+    first: Duration,
     grace: Duration,
     mut exited: W,
 ) -> io::Result<ExitStatus>
@@ -248,7 +274,7 @@ where
 {
     drop(child.stdin.take());
     let id = child.id();
-    let mut status = wait::timeout(grace, exited(child)).await.transpose()?;
+    let mut status = wait::timeout(first, exited(child)).await.transpose()?;
     let mut terminated = false;
     if status.is_none() && platform::terminate(child, group) {
         terminated = true;

@@ -23,9 +23,8 @@
 //! [`GroupChild::shutdown`]: crate::process::GroupChild::shutdown
 //!
 //! The child's stderr is read line by line and copied to ours behind a
-//! `[<requester>]` prefix: it must be drained anyway (a full pipe would stall
-//! the child), and an operator watching several agents needs to know whose
-//! server said what.
+//! `[<requester>]` prefix, within a budget per child so that one child's
+//! flood cannot slow the others (`stderr.rs`).
 //!
 //! # Faults kept to their own connection
 //!
@@ -33,6 +32,10 @@
 //!   stderr lines go through [`diag`]'s bounded queue: a stderr nobody
 //!   reads drops lines (and says how many), it never blocks relaying,
 //!   accepting or shutdown; a stderr whose reader went away is ignored.
+//! - **One command's stderr cannot slow the others.** Each child's stderr
+//!   is copied within a budget a second of its own, the rest counted, and
+//!   read within a larger one, beyond which the child waits on its own
+//!   stderr (`stderr.rs`).
 //! - **A client's ids cannot flood the log.** The requester and project
 //!   shown in log lines and in the stderr prefix are escaped and cut to
 //!   [`LABEL_LIMIT`] characters, followed by `…` and the id's full length
@@ -73,11 +76,10 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
 use futures_lite::future;
-use futures_lite::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use smol::process::{ChildStderr, ChildStdin, ChildStdout};
 
 use crate::bridge::DRAIN_GRACE;
@@ -89,6 +91,7 @@ use crate::relay::{self, Ending};
 use crate::traffic_log::{Direction, LogOptions, TapRead, TrafficLog};
 use crate::wait;
 
+mod stderr;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -151,10 +154,6 @@ impl Config {
     }
 }
 
-/// Longest stderr line copied in one piece; a longer one is split. Keeps a
-/// child that never writes a newline from growing our memory.
-const STDERR_LINE_LIMIT: usize = 64 * 1024;
-
 /// After the child exits, how long its stdout may still be relayed before
 /// the connection is closed: its last replies are usually already in the
 /// pipe; only a grandchild holding the pipe open needs this bound.
@@ -174,11 +173,6 @@ const AFTER_HANGUP_GRACE: Duration = DRAIN_GRACE;
 /// characters of its escaped form: ids are short names, and one client's
 /// 60 KiB id must not be copied into every line its server writes.
 pub const LABEL_LIMIT: usize = 64;
-
-/// How long [`run`] waits, on its way out, for the last log lines to reach
-/// stderr: all the time a healthy stderr needs, and a bounded delay when
-/// nobody reads it.
-const LOG_FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
 /// Why `serve` stopped with a failure (exit code 1).
 #[derive(Debug)]
@@ -227,12 +221,20 @@ impl std::error::Error for ServeError {
 
 /// Serves until SIGINT, SIGTERM or SIGHUP, then stops every child and
 /// removes the endpoint. Blocks the calling thread; this is what `main`
-/// calls. On its way out it gives the log lines still queued up to a
-/// second to reach stderr.
+/// calls. On Unix it first raises the process's soft limit of open files
+/// toward the hard one (see `serve/unix.rs`). Log lines may still be
+/// queued for stderr when it returns: a caller about to exit gives them
+/// [`diag::flush`] (the binary gives them a second, once; a second wait
+/// here as well made an exit with a stderr nobody reads take two).
+///
+/// [`diag::flush`]: crate::diag::flush
 pub fn run(config: &Config) -> Result<(), ServeError> {
     // Caught before binding: a signal at any later moment still ends in the
     // clean shutdown that removes the socket file.
     let mut signals = platform::StopSignals::new().map_err(ServeError::Signals)?;
+    // The process is serve's own here, so its limits are too (an embedder
+    // calling `serve` keeps its own).
+    platform::raise_descriptor_limit();
     let config = config.clone();
     // Everything runs on smol's executor thread, accepting included, and
     // this thread only waits, with a plain parker rather than smol's
@@ -248,9 +250,7 @@ pub fn run(config: &Config) -> Result<(), ServeError> {
         })
         .await
     });
-    let result = future::block_on(serving);
-    diag::flush(LOG_FLUSH_LIMIT);
-    result
+    future::block_on(serving)
 }
 
 /// Serves connections on `config.endpoint` until `stop` completes, then stops
@@ -551,10 +551,24 @@ async fn serve_connection(
         traffic,
         format_args!("{}: started pid {}", label, child.id()),
     );
-    let copying = smol::spawn(copy_stderr(stderr, label.prefix()));
+    let (running, ended) = wait::stop_signal();
+    let copying = smol::spawn(stderr::copy_stderr(stderr, label.prefix(), ended));
     let outcome = relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
-    let status = child.shutdown(process::SHUTDOWN_GRACE).await;
+    // The relay has closed the child's stdin: at the bridge's EOF, after
+    // which it gave the replies the drain grace (all of it, unless the
+    // command closed its stdout first), or just now, dropped with it. The
+    // first grace of the stop counts from then.
+    let closed = match outcome {
+        Outcome::Relayed(Ok(Ending::ClientClosed { drained: false })) => {
+            Instant::now().checked_sub(DRAIN_GRACE)
+        }
+        _ => None,
+    };
+    let status = child
+        .shutdown_since(closed.unwrap_or_else(Instant::now), process::SHUTDOWN_GRACE)
+        .await;
     // A grandchild may hold the stderr pipe open: copy what is left, boundedly.
+    drop(running);
     wait::timeout(STDERR_SETTLE, copying).await;
     match status {
         Ok(status) => log(
@@ -684,38 +698,6 @@ async fn relay_until_end(
     future::or(relayed, future::or(exited, future::or(stopped, hung_up))).await
 }
 
-/// Copies the child's stderr to ours, one whole line at a time behind
-/// `prefix`, so lines of concurrent children never interleave mid-line.
-/// The lines go through [`diag`]'s queue: the child is drained at its own
-/// pace whatever our stderr does, and lines our stderr cannot take are
-/// dropped (and counted) rather than stalling anyone.
-async fn copy_stderr(stderr: ChildStderr, prefix: String) {
-    copy_lines(stderr, &prefix, diag::write_line).await;
-}
-
-/// Reads `input` to its end and hands each line to `emit` behind `prefix`,
-/// with a final `\n` added where missing and a line longer than
-/// [`STDERR_LINE_LIMIT`] split.
-async fn copy_lines<R: AsyncRead + Unpin>(input: R, prefix: &str, mut emit: impl FnMut(&[u8])) {
-    let mut input = BufReader::new(input);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        line.extend_from_slice(prefix.as_bytes());
-        let limit = STDERR_LINE_LIMIT as u64;
-        match (&mut input).take(limit).read_until(b'\n', &mut line).await {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
-        }
-        if line.last() != Some(&b'\n') {
-            line.push(b'\n');
-        }
-        emit(&line);
-    }
-}
-
 /// How a connection is named in log lines: its number and, from the
 /// handshake, who is calling, escaped so a hostile id cannot forge lines
 /// and cut to [`LABEL_LIMIT`] so a huge one cannot flood them.
@@ -795,29 +777,6 @@ mod tests {
     fn command_line_quotes_each_word() {
         let config = Config::new("/x", "sh", ["-c", "exec cat"]);
         assert_eq!(command_line(&config), "'sh' '-c' 'exec cat'");
-    }
-
-    #[test]
-    fn stderr_lines_are_prefixed_and_split() {
-        smol::block_on(async {
-            let mut input = b"first\r\n\nsecond\n".to_vec();
-            input.extend(vec![b'x'; STDERR_LINE_LIMIT + 10]);
-            let mut lines = Vec::new();
-            copy_lines(futures_lite::io::Cursor::new(input), "[a] ", |line| {
-                lines.push(String::from_utf8_lossy(line).into_owned())
-            })
-            .await;
-            assert_eq!(lines.len(), 5, "{:?}", &lines[..3]);
-            assert_eq!(lines[0], "[a] first\r\n");
-            assert_eq!(lines[1], "[a] \n");
-            assert_eq!(lines[2], "[a] second\n");
-            assert_eq!(
-                lines[3].len(),
-                4 + STDERR_LINE_LIMIT + 1,
-                "split at the limit"
-            );
-            assert_eq!(lines[4], format!("[a] {}\n", "x".repeat(10)));
-        });
     }
 
     #[test]

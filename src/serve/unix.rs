@@ -1,4 +1,17 @@
-//! Unix specifics of `serve`: its stop requests, and finding its command.
+//! Unix specifics of `serve`: its stop requests, finding its command, and
+//! its limit of open files.
+//!
+//! Each session takes four descriptors (the connection and the command's
+//! three pipes), and up to [`MAX_PENDING`](crate::host::MAX_PENDING)
+//! peers may wait for their handshake, so the usual soft limit of 1,024
+//! would refuse bridges long before `--max-connections` does. serve raises
+//! its soft limit to the hard one at start ([`raise_descriptor_limit`]),
+//! but at most to [`DESCRIPTOR_CEILING`]: the commands it runs inherit it,
+//! and some programs close every descriptor up to the limit when they
+//! start, which at the billion some systems allow takes minutes. At the
+//! limit all the same, the listener drops the oldest silent peer (or lets
+//! a spare descriptor go) to take the next connection, so a bridge is
+//! served or refused at once (`host/accept.rs`).
 //!
 //! Stop requests are SIGINT, SIGTERM and SIGHUP, caught with async-signal
 //! (smol's own crate), which turns them into a stream on the reactor.
@@ -21,6 +34,31 @@ use futures_lite::StreamExt;
 /// Where the command is looked for when `PATH` is not set: glibc's default
 /// and musl's together, so a command either would find is not refused.
 const DEFAULT_PATH: &str = "/usr/local/bin:/bin:/usr/bin";
+
+/// The most serve raises its soft limit of open files to: 64 Ki, room
+/// for a thousand sessions and every pending peer, and a limit the commands
+/// it runs (which inherit it) are used to.
+pub(super) const DESCRIPTOR_CEILING: u64 = 64 * 1024;
+
+/// Raises the soft limit of open files to the hard one, at most to
+/// [`DESCRIPTOR_CEILING`], never lowering it. Best effort: where it cannot
+/// be raised, serve goes on with what it has.
+pub(super) fn raise_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let ceiling = limit
+        .maximum
+        .map_or(DESCRIPTOR_CEILING, |hard| hard.min(DESCRIPTOR_CEILING));
+    if limit.current.map_or(false, |soft| soft < ceiling) {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(ceiling),
+                maximum: limit.maximum,
+            },
+        );
+    }
+}
 
 /// SIGINT, SIGTERM and SIGHUP as stop requests.
 pub(super) struct StopSignals(async_signal::Signals);

@@ -176,6 +176,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Nothing to raise: Windows has no per-process limit of open handles
+/// that serve could reach first.
+pub(super) fn raise_descriptor_limit() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

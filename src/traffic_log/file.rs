@@ -6,14 +6,17 @@
 //! slow disk holds up that thread and nothing else.
 //!
 //! **Opening.** The log may be asked for in a directory others can write,
-//! by a process running as root, so the path is never trusted: on Unix a
-//! symbolic link at `FILE` is refused, not followed, and the file actually
-//! opened must be a regular file, not our stdout, ours, with one link (see
+//! by a process running as root, so the path is never trusted: on Unix the
+//! directory is found once, component by component, following only the
+//! symbolic links no other user can re-point, and held open; a symbolic
+//! link at `FILE` is refused, not followed, and the file actually opened
+//! must be a regular file, not our stdout, ours, with one link (see
 //! `unix.rs`). A refused file is left untouched: one warning, no log. The
 //! same checks apply to every later open. `FILE` is opened by name only at
-//! the start and at a rotation: a file renamed, removed or replaced with a
-//! link mid-session does not redirect the records, which go on into the
-//! file held until it is full.
+//! the start and at a rotation, and always in the directory held: a file
+//! renamed, removed or replaced with a link mid-session, or a directory on
+//! its path re-pointed, does not redirect the records, which go on into
+//! the file held until it is full.
 //!
 //! **Rotation** keeps one old file: when the next record would take the
 //! file past the cap, `FILE` is renamed to `FILE.1` (replacing the one
@@ -44,84 +47,30 @@
 //! would raise `SIGXFSZ` again); `SIGXFSZ` itself is caught on Unix, so it
 //! does not kill the process, and the session goes on without a log.
 
-use std::error::Error;
 use std::ffi::OsString;
-use std::fmt;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::platform;
+use super::platform::{self, Dir};
 use crate::diag;
-
-/// Why a log file was refused after, or instead of, opening it: the inner
-/// error of the `io::Error` that [`LogFile::open`] returns.
-#[derive(Debug)]
-#[cfg_attr(not(unix), allow(dead_code))]
-pub(super) enum Refusal {
-    /// `FILE` is a symbolic link.
-    Symlink,
-    /// `FILE` is not a regular file (what it is).
-    NotRegular(&'static str),
-    /// `FILE` is the file our stdout is.
-    Stdout,
-    /// `FILE` belongs to another user.
-    Owner { owner: u32, us: u32 },
-    /// `FILE` has this many hard links.
-    Links(u64),
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::Symlink => f.write_str(
-                "it is a symbolic link, which the log never follows (whoever can write its \
-                 directory could point it at any file)",
-            ),
-            Refusal::NotRegular(what) => write!(f, "it is {}, not a regular file", what),
-            Refusal::Stdout => f.write_str(
-                "it is this process's stdout, where records would mix with the relayed messages",
-            ),
-            Refusal::Owner { owner, us } => write!(
-                f,
-                "it belongs to user {}, not to this process's user {} (its owner could read \
-                 the traffic)",
-                owner, us
-            ),
-            Refusal::Links(links) => write!(
-                f,
-                "it has {} hard links (another name for it could be any file of ours)",
-                links
-            ),
-        }
-    }
-}
-
-impl Error for Refusal {}
-
-impl From<Refusal> for io::Error {
-    fn from(refusal: Refusal) -> io::Error {
-        io::Error::new(io::ErrorKind::Other, refusal)
-    }
-}
-
-impl Refusal {
-    /// Whether `error` is a refusal rather than a failed system call.
-    pub(super) fn is(error: &io::Error) -> bool {
-        error.get_ref().map_or(false, |inner| inner.is::<Refusal>())
-    }
-}
 
 /// The open log file and what it needs to rotate.
 #[derive(Debug)]
 pub(super) struct LogFile {
+    /// `FILE` as given, for messages.
     path: PathBuf,
-    /// `FILE.1`.
-    old: PathBuf,
+    /// The directory `FILE` is in, held open: every later open and rename
+    /// happens in it, whatever its path names by then.
+    dir: Dir,
+    /// `FILE`'s name in `dir`.
+    name: OsString,
+    /// `FILE.1`'s name in `dir`.
+    old: OsString,
     file: File,
     max_bytes: u64,
-    /// A write failed since the last one that worked: the file may end in
-    /// part of a record.
+    /// A write failed part of the way through a record: the file ends in
+    /// part of one, whose line the next write ends.
     broken: bool,
     /// The failure has been reported on stderr (once per log).
     warned: bool,
@@ -133,12 +82,24 @@ impl LogFile {
     /// Opens (creating, owner-only) `path` for appending, refusing what
     /// must not be written (see the module docs).
     pub(super) fn open(path: &Path, max_bytes: u64) -> io::Result<LogFile> {
-        let file = open_checked(path)?;
-        let mut old = OsString::from(path.as_os_str());
+        let name = match path.file_name() {
+            Some(name) => name.to_os_string(),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the log path names no file",
+                ))
+            }
+        };
+        let dir = platform::open_dir(parent(path))?;
+        let file = platform::open_private(&dir, &name)?;
+        let mut old = name.clone();
         old.push(".1");
         Ok(LogFile {
             path: path.to_path_buf(),
-            old: PathBuf::from(old),
+            dir,
+            name,
+            old,
             file,
             max_bytes,
             broken: false,
@@ -147,25 +108,30 @@ impl LogFile {
         })
     }
 
+    /// Why others could replace the log between rotations, if they can:
+    /// its directory's owner and mode (see `platform::directory_warning`).
+    pub(super) fn directory_warning(&self) -> Option<String> {
+        platform::directory_warning(&self.dir, parent(&self.path))
+    }
+
     /// Appends `batch` (whole records, each ending in `\n`), rotating at
-    /// the cap. Returns how many records were lost to a write error; the
-    /// first error is reported on stderr.
-    pub(super) fn write(&mut self, batch: &[u8]) -> u64 {
+    /// the cap. Returns how many bytes of it are in the file: whole
+    /// records, so the rest was lost to a write error (a record cut by the
+    /// error counts as lost, and the next write ends its line). The first
+    /// error is reported on stderr.
+    pub(super) fn write(&mut self, batch: &[u8]) -> usize {
         if self.stopped {
-            return count_records(batch);
+            return 0;
         }
         let mut rest = batch;
-        lock(&self.file);
+        platform::lock(&self.file);
         let written = self.write_records(&mut rest);
         // The file held now: a rotation locked the new one.
-        unlock(&self.file);
+        platform::unlock(&self.file);
         match written {
-            Ok(()) => {
-                self.broken = false;
-                0
-            }
+            Ok(()) => batch.len(),
             Err(e) => {
-                self.stopped = is_file_too_large(&e);
+                self.stopped = platform::is_file_too_large(&e);
                 if !self.warned {
                     self.warned = true;
                     let then = if self.stopped {
@@ -181,8 +147,7 @@ impl LogFile {
                         then
                     ));
                 }
-                self.broken = true;
-                count_records(rest)
+                batch.len() - rest.len()
             }
         }
     }
@@ -220,11 +185,40 @@ impl LogFile {
                     .position(|&b| b == b'\n')
                     .map_or(rest.len(), |at| at + 1)
             };
-            self.file.write_all(&rest[..take])?;
+            self.write_whole(rest, take)?;
             size += take as u64;
-            *rest = &rest[take..];
         }
         Ok(())
+    }
+
+    /// Writes the first `take` bytes of `rest` (whole records) and moves
+    /// `rest` past them. On an error, `rest` is moved past the whole
+    /// records that did go in, so that the caller counts exactly the ones
+    /// lost, and a record cut short marks the file broken.
+    fn write_whole(&mut self, rest: &mut &[u8], take: usize) -> io::Result<()> {
+        let chunk = &rest[..take];
+        let mut done = 0;
+        let failed = loop {
+            if done == chunk.len() {
+                break None;
+            }
+            match self.file.write(&chunk[done..]) {
+                Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e),
+            }
+        };
+        let whole = match failed {
+            None => done,
+            Some(_) => chunk[..done]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |at| at + 1),
+        };
+        self.broken = whole < done;
+        *rest = &rest[whole..];
+        failed.map_or(Ok(()), Err)
     }
 
     /// Moves on from the full file held (locked) to a `FILE` with room for
@@ -232,18 +226,20 @@ impl LogFile {
     /// and starts a new one if the file held is still `FILE`, or else opens
     /// the `FILE` another process started after rotating it.
     fn rotate(&mut self, needed: u64) -> io::Result<()> {
-        let next = if platform::still_at(&self.file, &self.path) {
-            match fs::rename(&self.path, &self.old) {
-                Ok(()) => open_checked(&self.path)?,
+        let next = if platform::still_at(&self.file, &self.dir, &self.name) {
+            match platform::rename(&self.dir, &self.name, &self.old) {
+                Ok(()) => platform::open_private(&self.dir, &self.name)?,
                 Err(e) => {
                     // Not rotated. Another process may have rotated it
                     // all the same (Windows cannot tell): use a `FILE`
                     // with room, and never empty one.
+                    let mut old = self.path.clone().into_os_string();
+                    old.push(".1");
                     let not_rotated = io::Error::new(
                         e.kind(),
-                        format!("cannot rotate it to '{}': {}", self.old.display(), e),
+                        format!("cannot rotate it to '{}': {}", Path::new(&old).display(), e),
                     );
-                    let next = match open_checked(&self.path) {
+                    let next = match platform::open_private(&self.dir, &self.name) {
                         Ok(next) => next,
                         Err(_) => return Err(not_rotated),
                     };
@@ -255,48 +251,21 @@ impl LogFile {
                 }
             }
         } else {
-            open_checked(&self.path)?
+            platform::open_private(&self.dir, &self.name)?
         };
         // Another process waiting for the old file's lock finds the new
         // `FILE` in place when it gets it.
-        unlock(&self.file);
-        lock(&next);
+        platform::unlock(&self.file);
+        platform::lock(&next);
         self.file = next;
         Ok(())
     }
 }
 
-/// Opens `path` through the platform's checks; on Windows, which only
-/// opens, refuses what is not a regular file (a device such as `NUL`).
-fn open_checked(path: &Path) -> io::Result<File> {
-    let file = platform::open_private(path)?;
-    #[cfg(not(unix))]
-    {
-        if !file.metadata()?.is_file() {
-            return Err(Refusal::NotRegular("not a regular file").into());
-        }
+/// The directory `path` names its file in: `.` for a bare file name.
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     }
-    Ok(file)
-}
-
-/// The records in `batch`.
-fn count_records(batch: &[u8]) -> u64 {
-    batch.iter().filter(|&&b| b == b'\n').count() as u64
-}
-
-#[cfg(unix)]
-use super::unix::{is_file_too_large, lock, unlock};
-
-/// Windows has no `flock`: rotations by two processes may cross there
-/// (see `still_at` in `windows.rs`), but a file is still never emptied.
-#[cfg(not(unix))]
-fn lock(_file: &File) {}
-
-#[cfg(not(unix))]
-fn unlock(_file: &File) {}
-
-/// Windows has no file size limit of its own.
-#[cfg(not(unix))]
-fn is_file_too_large(_error: &io::Error) -> bool {
-    false
 }

@@ -26,7 +26,10 @@
 //!   records wait or are being written. A record that does not fit is
 //!   dropped and counted, and the next one that fits is preceded by
 //!   `event dropped N records: ...`. Records lost to a failing disk are
-//!   counted the same way.
+//!   counted the same way, and so is a `dropped` event lost with them:
+//!   its N goes into the next count, so the count written is exact. A
+//!   count still unwritten when the log closes is written then, as a last
+//!   event, if the disk has room for it.
 //! - **Bounded on disk.** The file is rotated to `FILE.1` at
 //!   [`LogOptions::max_file_bytes`] (one old file is kept, so the log
 //!   takes at most twice that); see `file.rs`.
@@ -37,8 +40,11 @@
 //!   inherits its directory's ACL (see `windows.rs`).
 //! - **Never turned against its user.** The log holds tool arguments and
 //!   results, and may be asked for in a directory others can write, by a
-//!   process running as root. So on Unix a symbolic link at `FILE` is
-//!   refused, never followed (`O_NOFOLLOW`), and the file actually opened
+//!   process running as root. So on Unix its directory is found one
+//!   component at a time and held open, following only the symbolic links
+//!   no other user can re-point (a link another user can re-point refuses
+//!   the log); a symbolic link at `FILE` is refused, never followed
+//!   (`O_NOFOLLOW`); and the file actually opened
 //!   (checked through its descriptor, not its path) must be a regular file
 //!   owned by our effective user, with a single link, and not the file our
 //!   stdout is (`--log /dev/stdout` would put records into the JSON-RPC
@@ -46,8 +52,9 @@
 //!   session goes on without a log. A directory others could replace the
 //!   file in (another user's; writable by everyone, or by a group not our
 //!   own, without the sticky bit) is one warning, and the log is kept.
-//!   `FILE` is opened by name again only to rotate it, under the same
-//!   checks, so a link swapped in mid-session redirects nothing (`file.rs`).
+//!   `FILE` is opened by name again only to rotate it, in the directory
+//!   held and under the same checks, so a link swapped in mid-session, or
+//!   a directory re-pointed, redirects nothing (`file.rs`, `unix.rs`).
 //! - **Safe between processes.** Bridges sharing one `FILE` rotate it
 //!   under an advisory lock, only if the file they hold is still the one at
 //!   `FILE`, and never truncate a file (see `file.rs`).
@@ -67,7 +74,17 @@
 
 mod file;
 mod record;
+mod refusal;
 mod tap;
+// The platform's side of the log file, used by `file.rs` only. Each
+// platform provides: `Dir`, the directory the file is in, as held;
+// `open_dir(path)`, that directory opened; `open_private(dir,
+// name)`, the file opened for appending and checked (a `Refusal` when it
+// must not be written); `still_at(file, dir, name)`; `rename(dir, from,
+// to)`; `lock(file)` and `unlock(file)` around a batch;
+// `is_file_too_large(error)`; `directory_warning(dir, path)`; and
+// `survive_file_size_limit()`. They use `refusal.rs` and nothing else of
+// the log.
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -180,7 +197,7 @@ pub struct LogError {
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = if file::Refusal::is(&self.source) {
+        let what = if refusal::Refusal::is(&self.source) {
             "refusing"
         } else {
             "cannot open"
@@ -226,11 +243,9 @@ impl TrafficLog {
             path: path.to_path_buf(),
             source,
         };
-        #[cfg(unix)]
-        unix::survive_file_size_limit();
+        platform::survive_file_size_limit();
         let file = LogFile::open(path, options.max_file_bytes).map_err(error)?;
-        #[cfg(unix)]
-        if let Some(warning) = unix::directory_warning(path) {
+        if let Some(warning) = file.directory_warning() {
             diag::log(format_args!("{}", warning));
         }
         let shared = Arc::new(Shared {
@@ -433,15 +448,14 @@ impl TrafficLog {
     /// queue, or drops and counts it if the queue is full. Wakes the writer
     /// only when it is idle, or lingering with plenty to write.
     fn push(&self, write: impl FnOnce(&mut Vec<u8>, u64)) {
-        let micros = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        let micros = now_micros();
         let shared = &self.handle.shared;
         let mut queue = shared.lock();
         let queue = &mut *queue;
         let before = queue.pending.len();
-        if queue.dropped > 0 {
-            record::write_dropped(&mut queue.pending, micros, queue.dropped);
+        let dropped = queue.dropped;
+        if dropped > 0 {
+            record::write_dropped(&mut queue.pending, micros, dropped);
         }
         write(&mut queue.pending, micros);
         if queue.pending.len() + queue.in_flight > shared.options.queue_limit {
@@ -449,7 +463,13 @@ impl TrafficLog {
             queue.dropped += 1;
             return;
         }
-        queue.dropped = 0;
+        if dropped > 0 {
+            queue.markers.push(Marker {
+                at: before,
+                dropped,
+            });
+            queue.dropped = 0;
+        }
         let wake = match queue.writer {
             WriterState::Idle => true,
             WriterState::Lingering => queue.pending.len() >= WRITE_EARLY,
@@ -459,6 +479,13 @@ impl TrafficLog {
             shared.work.notify_one();
         }
     }
+}
+
+/// The time now, as records carry it: microseconds since the Unix epoch.
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Milliseconds, as events show them.
@@ -532,9 +559,13 @@ enum WriterState {
 struct Queue {
     /// Whole records, each ending in `\n`, waiting for the writer.
     pending: Vec<u8>,
+    /// The `dropped N records` events in `pending`, in order: a write that
+    /// fails to put one in the file loses its N, not one record.
+    markers: Vec<Marker>,
     /// Bytes the writer has taken and is writing.
     in_flight: usize,
-    /// Records dropped (or lost to write errors) since the last one queued.
+    /// Records dropped (or lost to write errors) and not yet counted in a
+    /// queued `dropped N records` event.
     dropped: u64,
     writer: WriterState,
     /// Someone waits for the queue to be written: no lingering.
@@ -545,10 +576,38 @@ struct Queue {
     done: bool,
 }
 
+/// A `dropped N records` event in a batch: where it starts, and the N it
+/// stands for.
+#[derive(Debug, Clone, Copy)]
+struct Marker {
+    at: usize,
+    dropped: u64,
+}
+
+/// How many records of `batch` (whose `dropped N records` events are
+/// `markers`) are lost when only its first `written` bytes reached the
+/// file: each record after that, each of those events counting for its N.
+fn records_lost(batch: &[u8], markers: &[Marker], written: usize) -> u64 {
+    let rest = &batch[written..];
+    let records = rest.iter().filter(|&&b| b == b'\n').count() as u64;
+    let (events, dropped) = markers
+        .iter()
+        .filter(|marker| marker.at >= written)
+        .fold((0, 0), |(events, dropped), marker| {
+            (events + 1, dropped + marker.dropped)
+        });
+    records - events + dropped
+}
+
 /// The writer thread: takes everything queued, appends it to the file, and
-/// repeats until the log is closed and its queue written.
+/// repeats until the log is closed and its queue written. A count of lost
+/// records still unwritten then is queued as a last `dropped N records`
+/// event and tried once more, so the count reaches the file as soon as
+/// there is room for it, even when no record follows.
 fn write_forever(shared: &Shared, mut file: LogFile) {
     let mut batch = Vec::new();
+    let mut markers = Vec::new();
+    let mut last_count_tried = false;
     let mut queue = shared.lock();
     loop {
         while queue.pending.is_empty() && !queue.closed {
@@ -558,6 +617,13 @@ fn write_forever(shared: &Shared, mut file: LogFile) {
                 .work
                 .wait(queue)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+        if queue.pending.is_empty() && queue.dropped > 0 && !last_count_tried {
+            last_count_tried = true;
+            let micros = now_micros();
+            let dropped = std::mem::take(&mut queue.dropped);
+            record::write_dropped(&mut queue.pending, micros, dropped);
+            queue.markers.push(Marker { at: 0, dropped });
         }
         if queue.pending.is_empty() {
             break;
@@ -572,13 +638,15 @@ fn write_forever(shared: &Shared, mut file: LogFile) {
         }
         queue.writer = WriterState::Writing;
         batch.clear();
+        markers.clear();
         std::mem::swap(&mut queue.pending, &mut batch);
+        std::mem::swap(&mut queue.markers, &mut markers);
         queue.in_flight = batch.len();
         drop(queue);
-        let lost = file.write(&batch);
+        let written = file.write(&batch);
         queue = shared.lock();
         queue.in_flight = 0;
-        queue.dropped += lost;
+        queue.dropped += records_lost(&batch, &markers, written);
         shared.written.notify_all();
     }
     queue.done = true;

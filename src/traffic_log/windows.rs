@@ -16,21 +16,66 @@
 //! another process may rename it away while we hold it (rotation by another
 //! bridge writing the same log).
 
-use std::fs::File;
+use std::ffi::OsStr;
+use std::fs::{self, File};
 use std::io;
 use std::os::windows::io::AsHandle;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use windows_sys::Win32::Security::Authorization::SE_FILE_OBJECT;
 
+use super::refusal::Refusal;
 use crate::ffi::windows::{self as win, SecurityDescriptor};
 
-/// Opens `path` for appending, creating it owner-only; a file that exists
-/// and is not ours is refused (see the module docs).
-pub(super) fn open_private(path: &Path) -> io::Result<File> {
-    let file = win::open_append_creating(path, &SecurityDescriptor::owner_only()?)?;
+/// The directory the log file is in. Only its path: on Windows the file
+/// is opened and renamed by path, and the path is not walked component by
+/// component as on Unix, so a junction or link on it is followed (the
+/// file's owner check and owner-only descriptor still hold).
+#[derive(Debug)]
+pub(super) struct Dir(PathBuf);
+
+/// The directory `path`.
+pub(super) fn open_dir(path: &Path) -> io::Result<Dir> {
+    Ok(Dir(path.to_path_buf()))
+}
+
+/// Opens `name` in `dir` for appending, creating it owner-only; a file
+/// that exists and is not ours, or is not a regular file (a device such as
+/// `NUL`), is refused (see the module docs).
+pub(super) fn open_private(dir: &Dir, name: &OsStr) -> io::Result<File> {
+    let path = dir.0.join(name);
+    let file = win::open_append_creating(&path, &SecurityDescriptor::owner_only()?)?;
     check_owner(&file)?;
+    if !file.metadata()?.is_file() {
+        return Err(Refusal::NotRegular("not a regular file").into());
+    }
     Ok(file)
+}
+
+/// Renames `from` to `to`, both in `dir`.
+pub(super) fn rename(dir: &Dir, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    fs::rename(dir.0.join(from), dir.0.join(to))
+}
+
+/// Windows has no `flock`: rotations by two processes may cross there
+/// (see [`still_at`]), but a file is still never emptied.
+pub(super) fn lock(_file: &File) {}
+
+/// See [`lock`].
+pub(super) fn unlock(_file: &File) {}
+
+/// Windows has no file size limit of its own.
+pub(super) fn is_file_too_large(_error: &io::Error) -> bool {
+    false
+}
+
+/// Nothing to catch: Windows has no `SIGXFSZ`.
+pub(super) fn survive_file_size_limit() {}
+
+/// A folder's ACL decides who may replace the log; this looks at nothing,
+/// and says nothing.
+pub(super) fn directory_warning(_dir: &Dir, _shown: &Path) -> Option<String> {
+    None
 }
 
 /// Refuses `file` unless our own user owns it.
@@ -54,10 +99,10 @@ fn owned_by(owner: Option<&str>, me: &str) -> io::Result<()> {
     ))
 }
 
-/// Whether `path` still names `file`. Windows has no stable file identity
-/// in std, so a rotation by another process goes unnoticed: this process
-/// keeps writing to `FILE.1` until its own next rotation.
-pub(super) fn still_at(_file: &File, _path: &Path) -> bool {
+/// Whether `name` in `dir` still names `file`. Windows has no stable file
+/// identity in std, so a rotation by another process goes unnoticed: this
+/// process keeps writing to `FILE.1` until its own next rotation.
+pub(super) fn still_at(_file: &File, _dir: &Dir, _name: &OsStr) -> bool {
     true
 }
 
@@ -76,10 +121,12 @@ mod tests {
     fn a_new_log_is_ours_alone() {
         let path = temp_path("new");
         let _ = std::fs::remove_file(&path);
-        let mut file = open_private(&path).unwrap();
+        let dir = open_dir(path.parent().unwrap()).unwrap();
+        let name = path.file_name().unwrap();
+        let mut file = open_private(&dir, name).unwrap();
         file.write_all(b"one\n").unwrap();
         drop(file);
-        let mut file = open_private(&path).unwrap();
+        let mut file = open_private(&dir, name).unwrap();
         file.write_all(b"two\n").unwrap();
         let me = win::current_user_sid().unwrap();
         assert_eq!(

@@ -177,3 +177,66 @@ pub fn exists(pid: u32) -> bool {
     rustix::process::Pid::from_raw(pid as i32)
         .map_or(false, |pid| rustix::process::test_kill_process(pid).is_ok())
 }
+
+/// A small file system of its own (a tmpfs of a given size, mounted on a
+/// fresh [`TempDir`]), for the tests of a full disk; unmounted on drop.
+pub struct SmallDisk {
+    dir: TempDir,
+}
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `bytes`; `None` where this process may not mount
+    /// (it needs root, and CAP_SYS_ADMIN in its namespace), after saying
+    /// so on stderr: a test that needs it is then skipped, not failed.
+    pub fn mount(tag: &str, bytes: u64) -> Option<SmallDisk> {
+        let dir = TempDir::new(tag, 0o700);
+        let mounted = is_root()
+            && Command::new("mount")
+                .args(["-t", "tmpfs", "-o"])
+                .arg(format!("size={},mode=0700", bytes))
+                .arg("tmpfs")
+                .arg(&dir.0)
+                .stderr(Stdio::null())
+                .status()
+                .map_or(false, |status| status.success());
+        if !mounted {
+            eprintln!(
+                "skipped: cannot mount a {}-byte tmpfs on {} (not root, or no CAP_SYS_ADMIN)",
+                bytes,
+                dir.0.display()
+            );
+            return None;
+        }
+        Some(SmallDisk { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Takes every free block with a file of its own (returned, to be
+    /// removed when the disk should have room again).
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.dir.0.join("filler");
+        let mut file = fs::File::create(&path).unwrap();
+        let block = [0u8; 4096];
+        loop {
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+                    break
+                }
+                Err(e) => panic!("filling {}: {}", path.display(), e),
+            }
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir.0).status();
+    }
+}
