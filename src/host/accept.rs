@@ -16,7 +16,7 @@ use smol::Task;
 
 use super::handshake_line::{read_handshake, HandshakeFailure};
 use super::peer_log::{PeerLog, ACCEPTING_HELD_BACK, PEERS_HELD_BACK};
-use super::{lock, log, platform, Connection, Options, Writer};
+use super::{lock, platform, Connection, LogSink, Options, Writer};
 
 /// Most connections that may be between "accepted" and "taken by
 /// [`Listener::accept`]" at once: reading their handshake, or waiting for
@@ -74,8 +74,8 @@ pub(super) async fn accept_loop(
 ) {
     let most_pending = platform::pending_limit(MAX_PENDING);
     let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
-    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK));
-    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK));
+    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK, options.log.clone()));
+    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK, options.log.clone()));
     let mut outage: Option<Outage> = None;
     let mut next_id: u64 = 0;
     let mut accepted_in_a_row = 0u32;
@@ -91,7 +91,7 @@ pub(super) async fn accept_loop(
         let accepted = acceptor.accept().await;
         if !matches!(accepted, Ok(Accepted::Retry(_))) {
             if let Some(outage) = outage.take() {
-                outage.ended();
+                outage.ended(&options.log);
             }
         }
         let (reader, writer) = match accepted {
@@ -120,14 +120,22 @@ pub(super) async fn accept_loop(
                 continue;
             }
             Err(e) => {
-                log(format_args!("stopped accepting connections: {}", e));
+                options
+                    .log
+                    .line(format_args!("stopped accepting connections: {}", e));
                 let _ = ready.send(Err(e)).await;
                 return;
             }
         };
         next_id += 1;
         let id = next_id;
-        let work = take_handshake(reader, writer, options, ready.clone(), peer_log.clone());
+        let work = take_handshake(
+            reader,
+            writer,
+            options.clone(),
+            ready.clone(),
+            peer_log.clone(),
+        );
         let registry = Arc::downgrade(&pending);
         let crowded = {
             // Locked across the spawn, so the task cannot try to remove
@@ -183,9 +191,9 @@ impl Outage {
         }
     }
 
-    fn ended(self) {
+    fn ended(self, log: &LogSink) {
         if self.logged {
-            log(format_args!(
+            log.line(format_args!(
                 "accepting connections again after {} failed attempt(s) in {:.1?} ({}): \
                  the connections that waited meanwhile were delayed, not dropped",
                 self.attempts,

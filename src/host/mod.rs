@@ -144,6 +144,7 @@ mod refusal;
 pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
+pub use peer_log::LogSink;
 
 /// A bound endpoint that accepts bridges. Dropping it stops accepting and
 /// removes the socket file.
@@ -214,10 +215,11 @@ impl Listener {
     /// ```
     pub fn bind_with(endpoint: impl AsRef<Path>, options: Options) -> Result<Listener, BindError> {
         let endpoint = endpoint.as_ref();
-        let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
-            endpoint: endpoint.to_path_buf(),
-            source,
-        })?;
+        let (acceptor, file) =
+            platform::bind(endpoint, &options.log).map_err(|source| BindError {
+                endpoint: endpoint.to_path_buf(),
+                source,
+            })?;
         let (ready_sender, ready) = channel::bounded(1);
         let accepting = smol::spawn(accept::accept_loop(acceptor, options, ready_sender));
         Ok(Listener {

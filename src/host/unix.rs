@@ -102,6 +102,7 @@ use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
 use super::accept::Accepted;
+use super::LogSink;
 use crate::endpoint::peer_uid;
 use crate::endpoint::MAX_PATH_BYTES;
 
@@ -146,7 +147,7 @@ pub(super) struct SocketFile {
     ino: u64,
 }
 
-pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
+pub(super) fn bind(path: &Path, log: &LogSink) -> io::Result<(Acceptor, SocketFile)> {
     if path.file_name().is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -200,7 +201,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     };
     fs::set_permissions(&temporary, fs::Permissions::from_mode(SOCKET_MODE))?;
     let metadata = fs::symlink_metadata(&temporary)?;
-    publish(&temporary, path)?;
+    publish(&temporary, path, log)?;
     drop(private);
 
     let file = SocketFile {
@@ -218,7 +219,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
 
 /// Gives the socket at `temporary` the name `path`, replacing a stale socket
 /// there but never a live one or a file that is not a socket.
-fn publish(temporary: &Path, path: &Path) -> io::Result<()> {
+fn publish(temporary: &Path, path: &Path, log: &LogSink) -> io::Result<()> {
     for _ in 0..BIND_ATTEMPTS {
         match fs::hard_link(temporary, path) {
             Ok(()) => return Ok(()),
@@ -253,7 +254,7 @@ fn publish(temporary: &Path, path: &Path) -> io::Result<()> {
         match fs::symlink_metadata(path) {
             Ok(now) if now.dev() == existing.dev() && now.ino() == existing.ino() => {
                 match fs::remove_file(path) {
-                    Ok(()) => super::log(format_args!(
+                    Ok(()) => log.line(format_args!(
                         "removed a stale socket at '{}' (nothing was listening)",
                         path.display()
                     )),
