@@ -288,8 +288,9 @@ impl fmt::Display for ConnectError {
                 io::ErrorKind::TimedOut => {
                     return write!(
                         f,
-                        "cannot connect to '{}': no connection within {:?}; the app is busy or hung",
-                        endpoint, self.timeout
+                        "cannot connect to '{}': no connection within {}; the app is busy or hung",
+                        endpoint,
+                        Rounded(self.timeout)
                     )
                 }
                 io::ErrorKind::NotFound => "it does not exist",
@@ -305,7 +306,7 @@ impl fmt::Display for ConnectError {
         };
         write!(f, "cannot connect to '{}': {}", endpoint, what)?;
         if let Fault::Waited = self.fault {
-            write!(f, " (waited {:?} for the app)", self.timeout)?;
+            write!(f, " (waited {} for the app)", Rounded(self.timeout))?;
         }
         Ok(())
     }
@@ -316,7 +317,46 @@ impl std::error::Error for ConnectError {
         match (&self.fault, self.source.kind()) {
             // Made up here, with nothing to add to the text above.
             (Fault::Untrusted { .. }, _) | (_, io::ErrorKind::TimedOut) => None,
+            // The OS says "connection refused", which reads as "nothing
+            // listens" and contradicts the diagnosis: it is not a socket.
+            (Fault::NotASocket(_), _) => None,
             _ => Some(&self.source),
+        }
+    }
+}
+
+impl ConnectError {
+    /// What to do about it, in the words of `mcp-bridge mcp-server`'s
+    /// options, where the message alone leaves the user guessing: what the
+    /// binary and `doctor` print after the message. Not part of the Display
+    /// text, which also reaches apps that call [`connect`] with no such
+    /// options, and MCP clients in the bridge's JSON-RPC errors.
+    pub fn hint(&self) -> Option<&'static str> {
+        match (&self.fault, self.source.kind()) {
+            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => {
+                Some("is the app running, and is --endpoint right?")
+            }
+            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => {
+                Some("raise --connect-timeout if it is just slow to start")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A wait as a person reads it: `5s`, `2.9s`, `250ms` rather than the
+/// `2.899912682s` of `Debug` (a reconnect waits what is left of a budget).
+struct Rounded(Duration);
+
+impl fmt::Display for Rounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < Duration::from_secs(1) {
+            return write!(f, "{}ms", self.0.as_millis());
+        }
+        let tenths = (self.0.as_secs_f64() * 10.0).round() as u64;
+        match tenths % 10 {
+            0 => write!(f, "{}s", tenths / 10),
+            tenth => write!(f, "{}.{}s", tenths / 10, tenth),
         }
     }
 }
@@ -331,3 +371,71 @@ pub struct Writer(platform::Writer);
 
 forward_async_read!(Reader);
 forward_async_write!(Writer);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(fault: Fault, kind: io::ErrorKind, timeout: Duration) -> ConnectError {
+        ConnectError {
+            endpoint: PathBuf::from("/run/app.sock"),
+            timeout,
+            source: io::Error::new(kind, "the OS's words"),
+            fault,
+        }
+    }
+
+    /// A reconnect waits what is left of its budget; the message rounds it.
+    #[test]
+    fn waits_are_rounded_for_people() {
+        let waited = |timeout| error(Fault::Waited, io::ErrorKind::NotFound, timeout).to_string();
+        assert_eq!(
+            waited(Duration::from_nanos(2_899_912_682)),
+            "cannot connect to '/run/app.sock': it does not exist (waited 2.9s for the app)"
+        );
+        assert!(waited(Duration::from_secs(5)).ends_with("(waited 5s for the app)"));
+        assert!(waited(Duration::from_millis(250)).ends_with("(waited 250ms for the app)"));
+        assert!(waited(Duration::from_millis(9_960)).ends_with("(waited 10s for the app)"));
+        let timed_out = error(
+            Fault::Io,
+            io::ErrorKind::TimedOut,
+            Duration::from_nanos(1_500_000_001),
+        );
+        assert!(
+            timed_out.to_string().contains("no connection within 1.5s;"),
+            "{}",
+            timed_out
+        );
+    }
+
+    /// "It is a regular file, not a socket" is the whole story: the OS's
+    /// "connection refused" behind it would read as "nothing listens".
+    #[test]
+    fn not_a_socket_is_not_paired_with_connection_refused() {
+        let e = error(
+            Fault::NotASocket("a regular file"),
+            io::ErrorKind::ConnectionRefused,
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            crate::error_chain(&e),
+            "cannot connect to '/run/app.sock': it is a regular file, not a socket"
+        );
+        assert_eq!(e.hint(), None);
+    }
+
+    /// The hints name the binary's flags, and only where they help.
+    #[test]
+    fn hints_say_what_to_do() {
+        let hint = |fault, kind| error(fault, kind, Duration::from_secs(5)).hint();
+        let absent = Some("is the app running, and is --endpoint right?");
+        assert_eq!(hint(Fault::Io, io::ErrorKind::NotFound), absent);
+        assert_eq!(hint(Fault::Waited, io::ErrorKind::NotFound), absent);
+        assert_eq!(
+            hint(Fault::Io, io::ErrorKind::TimedOut),
+            Some("raise --connect-timeout if it is just slow to start")
+        );
+        assert_eq!(hint(Fault::Io, io::ErrorKind::PermissionDenied), None);
+        assert_eq!(hint(Fault::Unidentified, io::ErrorKind::NotFound), None);
+    }
+}
