@@ -423,3 +423,49 @@ fn seconds_are_decimals() {
         assert!(e.to_string().contains("must be more than 0 and at most 86400 seconds"), "{}: {}", out_of_range, e);
     }
 }
+
+/// `--version` names every feature Cargo.toml has, by the names it has
+/// there, so a feature added later cannot go unreported; and this build's
+/// name matches the features it was built with.
+#[test]
+fn version_names_the_build() {
+    let manifest = include_str!("../../Cargo.toml");
+    let default = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("default = ["))
+        .expect("Cargo.toml's default features");
+    let mut in_cargo_toml: Vec<&str> = default
+        .trim_end_matches(']')
+        .split(',')
+        .map(|name| name.trim().trim_matches('"'))
+        .collect();
+    let mut known: Vec<&str> = FEATURES.iter().map(|f| f.0).collect();
+    in_cargo_toml.sort_unstable();
+    known.sort_unstable();
+    assert_eq!(known, in_cargo_toml);
+
+    let line = version_line();
+    let expected = if cfg!(all(
+        feature = "serve",
+        feature = "host",
+        feature = "doctor",
+        feature = "demo",
+        feature = "app-server",
+        feature = "log"
+    )) {
+        ", full)".to_string()
+    } else if cfg!(any(
+        feature = "serve",
+        feature = "host",
+        feature = "doctor",
+        feature = "demo",
+        feature = "app-server",
+        feature = "log"
+    )) {
+        format!(", {})", build_name())
+    } else {
+        ", bridge-only)".to_string()
+    };
+    assert!(line.ends_with(&expected), "{}", line);
+    assert!(line.contains(env!("MCP_BRIDGE_TARGET")), "{}", line);
+}
