@@ -1,0 +1,60 @@
+//! `mcp-bridge demo` as a user runs it, right after installing: it must end
+//! by saying what to do next, with this very executable's path.
+#![cfg(feature = "demo")]
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use support::{wait_output, BIN};
+
+/// The transcript ends with the next steps (configure a CLI, then check
+/// the line with `doctor`), naming the executable that ran, and then the
+/// verdict.
+#[test]
+fn demo_ends_by_saying_what_to_do_next() {
+    let child = Command::new(BIN)
+        .arg("demo")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, "the demo");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}", stdout);
+    let me = std::fs::canonicalize(BIN).unwrap();
+    let me = me.to_str().unwrap();
+    let tail: Vec<&str> = stdout.trim_end().lines().rev().take(6).collect();
+    assert_eq!(tail[0], "demo OK", "{}", stdout);
+    // (The path is quoted for a shell where it needs it: in a directory
+    // whose name has a space, say.)
+    let doctor = tail[1].trim();
+    assert!(
+        doctor.starts_with(me) || doctor.starts_with('\''),
+        "{}",
+        stdout
+    );
+    assert!(doctor.contains(me), "{}", stdout);
+    assert!(
+        doctor.ends_with(
+            " doctor --endpoint <your app's endpoint> --project <id> --requester <agent>"
+        ),
+        "{}",
+        stdout
+    );
+    assert!(
+        tail[2].contains("`doctor` in place of `mcp-server`"),
+        "{}",
+        stdout
+    );
+    let configure = tail[3].trim();
+    assert!(
+        configure.starts_with("claude mcp add myapp -- ") && configure.contains(me),
+        "{}",
+        stdout
+    );
+    assert!(configure.contains(" mcp-server --endpoint "), "{}", stdout);
+    assert!(tail[4].contains("configure your MCP CLI"), "{}", stdout);
+    assert_eq!(tail[5], "Next, with your app:", "{}", stdout);
+}
