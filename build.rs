@@ -1,6 +1,8 @@
 //! Records the facts `mcp-bridge --version` prints beside the version: the git
-//! commit the binary was built from and the target triple. Both help a user's
-//! bug report name exactly which build misbehaved.
+//! commit the binary was built from, the target triple, and which build it is
+//! (`full`, `bridge-only`, or the features of one in between). They help a
+//! user's bug report name exactly which build misbehaved. They are known
+//! here, so the line is one constant in the binary, with no code to make it.
 //!
 //! The commit is this crate's own or none ("unknown"), never a wrong one: a
 //! packaged crate (crates.io, `cargo package`, `cargo vendor`) names the commit
@@ -27,6 +29,7 @@ fn main() {
     let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".to_string());
     println!("cargo:rustc-env=MCP_BRIDGE_GIT_COMMIT={}", commit);
     println!("cargo:rustc-env=MCP_BRIDGE_TARGET={}", target);
+    println!("cargo:rustc-env=MCP_BRIDGE_BUILD={}", build_name());
     println!("cargo:rerun-if-changed=build.rs");
 
     let minor = rustc_minor().unwrap_or(0);
@@ -73,6 +76,38 @@ fn own_commit() -> Option<String> {
         }
     }
     short(&git(&dir, &["rev-parse", "HEAD"])?)
+}
+
+/// Which build this is: `full` (every feature of Cargo.toml's `default`,
+/// which lists them all), `bridge-only` (none), or `features: ` and the
+/// ones it has, as Cargo.toml names them (`features: host,log`).
+fn build_name() -> String {
+    let manifest = std::fs::read_to_string("Cargo.toml").unwrap_or_default();
+    let all: Vec<&str> = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("default = ["))
+        .map(|list| list.trim_end_matches(']').split(','))
+        .into_iter()
+        .flatten()
+        .map(|name| name.trim().trim_matches('"'))
+        .filter(|name| !name.is_empty())
+        .collect();
+    // Cargo says which are on: `CARGO_FEATURE_<NAME>`, upper case, `_` for `-`.
+    let on: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|name| {
+            let var = format!("CARGO_FEATURE_{}", name.to_uppercase().replace('-', "_"));
+            std::env::var_os(var).is_some()
+        })
+        .collect();
+    if on.is_empty() {
+        "bridge-only".to_string()
+    } else if on.len() == all.len() {
+        "full".to_string()
+    } else {
+        format!("features: {}", on.join(","))
+    }
 }
 
 /// The first [`COMMIT_DIGITS`] of a commit id, if it is one.

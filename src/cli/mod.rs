@@ -113,42 +113,23 @@ pub fn usage() -> String {
         )
 }
 
-/// The line printed by `--version`: version, git commit, target triple (the
-/// two recorded by `build.rs`; the commit is `unknown` rather than a wrong
-/// one) and which build this is ([`build_name`]):
+/// The line printed by `--version`: version, git commit, target triple and
+/// which build this is (`full`, `bridge-only`, or `features: ` and the ones
+/// it has), all recorded by `build.rs`; the commit is `unknown` rather than
+/// a wrong one. For example
 /// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`.
-pub fn version_line() -> String {
-    format!(
-        "mcp-bridge {} ({}, {}, {})",
+pub fn version_line() -> &'static str {
+    concat!(
+        "mcp-bridge ",
         env!("CARGO_PKG_VERSION"),
+        " (",
         env!("MCP_BRIDGE_GIT_COMMIT"),
+        ", ",
         env!("MCP_BRIDGE_TARGET"),
-        build_name(),
+        ", ",
+        env!("MCP_BRIDGE_BUILD"),
+        ")"
     )
-}
-
-/// Every Cargo feature (Cargo.toml, all on by default), with whether this
-/// build has it.
-const FEATURES: [(&str, bool); 6] = [
-    ("serve", cfg!(feature = "serve")),
-    ("host", cfg!(feature = "host")),
-    ("doctor", cfg!(feature = "doctor")),
-    ("demo", cfg!(feature = "demo")),
-    ("app-server", cfg!(feature = "app-server")),
-    ("log", cfg!(feature = "log")),
-];
-
-/// Which build this is, for bug reports and installers: `full` (every
-/// feature, the default build), `bridge-only` (`--no-default-features`),
-/// or, for a build in between, `features: ` and the ones it has
-/// (`features: host,log`).
-fn build_name() -> String {
-    let on: Vec<&str> = FEATURES.iter().filter(|f| f.1).map(|f| f.0).collect();
-    match on.len() {
-        0 => "bridge-only".into(),
-        n if n == FEATURES.len() => "full".into(),
-        _ => format!("features: {}", on.join(",")),
-    }
 }
 
 /// Parses the arguments after the program name (and `MCP_BRIDGE_LOG`).

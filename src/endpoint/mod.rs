@@ -350,10 +350,14 @@ struct Rounded(Duration);
 
 impl fmt::Display for Rounded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 < Duration::from_secs(1) {
-            return write!(f, "{}ms", self.0.as_millis());
+        // Whole numbers only (u64, no float): the bridge-only build has no
+        // other use for float or u128 formatting, which costs kilobytes.
+        let ms = (self.0.as_secs().saturating_mul(1000))
+            .saturating_add(u64::from(self.0.subsec_millis()));
+        if ms < 1000 {
+            return write!(f, "{}ms", ms);
         }
-        let tenths = (self.0.as_secs_f64() * 10.0).round() as u64;
+        let tenths = ms.saturating_add(50) / 100;
         match tenths % 10 {
             0 => write!(f, "{}s", tenths / 10),
             tenth => write!(f, "{}.{}s", tenths / 10, tenth),
