@@ -388,7 +388,12 @@ const LAST_LINE_LIMIT: usize = 300;
 /// terminal's escape sequences) shown as `\u{fffd}`, so that the error stays one
 /// readable line.
 fn last_line(tail: &str) -> Option<String> {
-    let line = tail.lines().map(str::trim).rev().find(|l| !l.is_empty())?;
+    let text = tail.trim_end();
+    let start = text.bytes().rposition(|b| b == b'\n').map_or(0, |i| i + 1);
+    let line = text[start..].trim();
+    if line.is_empty() {
+        return None;
+    }
     let mut end = line.len().min(LAST_LINE_LIMIT);
     while !line.is_char_boundary(end) {
         end -= 1;
@@ -565,7 +570,9 @@ mod tests {
         assert!(text.contains(" (signal: 9"), "{}", text);
         assert!(!text.contains('\u{1b}'), "{}", text);
         assert!(text.ends_with("éé..."), "{}", text);
-        assert!(text.len() < 400, "{}", text.len());
+        let shown = &text[text.find("stderr: ").unwrap() + 8..];
+        // The cut, "...", and the escape shown as U+FFFD (3 bytes, not 1).
+        assert!(shown.len() <= LAST_LINE_LIMIT + 3 + 2, "{}", shown.len());
     }
 
     #[test]

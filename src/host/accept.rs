@@ -132,7 +132,7 @@ pub(super) async fn accept_loop(
         let work = take_handshake(
             reader,
             writer,
-            options.clone(),
+            (options.handshake_limit, options.handshake_timeout),
             ready.clone(),
             peer_log.clone(),
         );
@@ -231,15 +231,16 @@ async fn drop_oldest(pending: &Pending) -> bool {
     }
 }
 
-/// Reads one peer's handshake and hands the connection to the app.
+/// Reads one peer's handshake, at most `limit` bytes within `timeout`
+/// (the listener's [`Options`]), and hands the connection to the app.
 async fn take_handshake(
     reader: platform::Reader,
     writer: platform::Writer,
-    options: Options,
+    (limit, timeout): (usize, Duration),
     ready: Sender<io::Result<Connection>>,
     peer_log: Arc<PeerLog>,
 ) {
-    match read_handshake(reader, options.handshake_limit, options.handshake_timeout).await {
+    match read_handshake(reader, limit, timeout).await {
         Ok((handshake, reader)) => {
             let connection = Connection {
                 handshake,
