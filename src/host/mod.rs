@@ -86,7 +86,8 @@
 //! # Log lines
 //!
 //! Log lines go to stderr, prefixed `mcp-bridge:`, through [`diag`] (so a
-//! stderr nobody reads never stalls accepting), because a refused peer is
+//! stderr nobody reads never stalls accepting), or to the app's own log
+//! through [`Options::log`], because a refused peer is
 //! something the app's operator must be able to see, and accept() has no
 //! one else to tell. Lines about single peers (refused, dropped) are
 //! limited to one per second; the others are counted, and the count is
@@ -194,7 +195,13 @@ pub struct BindError {
 
 impl Listener {
     /// Binds `endpoint` (a socket path on Unix, a pipe name on Windows) and
-    /// starts accepting in the background on smol's global executor.
+    /// starts accepting in the background.
+    ///
+    /// The app need not run smol, or any runtime: the accept loop runs on
+    /// smol's global executor, which has a thread of its own (`smol-1`), and
+    /// the sockets are driven by `async-io`'s reactor thread, so `accept()`
+    /// can be awaited from tokio or any other runtime (docs/host.md, "From
+    /// tokio").
     ///
     /// # Errors
     ///
