@@ -19,7 +19,9 @@ use mcp_bridge::host::{Connection, Listener, LogSink, Options};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ServerCapabilities, ServerConfig};
-use rmcp::{schemars, serde, serde_json, tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use rmcp::{
+    schemars, serde, serde_json, tool, tool_handler, tool_router, ServerHandler, ServiceExt,
+};
 use tokio_util::compat::{FuturesAsyncReadCompatExt, FuturesAsyncWriteCompatExt};
 
 /// The app's MCP server for one bridge: its tools know who called.
@@ -48,8 +50,10 @@ impl AppServer {
     }
 
     /// The identity the bridge sent, and which app process answers.
-    #[tool(description = "Who is calling (project and requester, from the bridge's handshake), \
-                          and which app process answers")]
+    #[tool(
+        description = "Who is calling (project and requester, from the bridge's handshake), \
+                          and which app process answers"
+    )]
     fn whoami(&self) -> String {
         serde_json::json!({
             "project": self.who.project,

@@ -128,7 +128,8 @@ mod unix {
             return Err(format!("tools/list gave {names:?}").into());
         }
 
-        let said = text(step("whoami", client.call_tool(CallToolRequestParams::new("whoami"))).await?)?;
+        let whoami = client.call_tool(CallToolRequestParams::new("whoami"));
+        let said = text(step("whoami", whoami).await?)?;
         println!("client: whoami -> {said}");
         let who: serde_json::Value = serde_json::from_str(&said)?;
         let expected = serde_json::json!({
