@@ -117,10 +117,12 @@ async fn connect_with(
         Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
         Err(source) => {
             let refused = source.kind() == io::ErrorKind::ConnectionRefused;
-            let fault = match platform::not_a_socket(endpoint) {
-                Some(what) if refused => Fault::NotASocket(what),
-                _ if wait_for_app && source.kind() != io::ErrorKind::TimedOut => Fault::Waited,
-                _ => Fault::Io,
+            let (fault, source) = match platform::not_a_socket(endpoint) {
+                Some(what) if refused => (Fault::NotASocket(what), not_a_socket_error(source)),
+                _ if wait_for_app && source.kind() != io::ErrorKind::TimedOut => {
+                    (Fault::Waited, source)
+                }
+                _ => (Fault::Io, source),
             };
             Err(ConnectError {
                 endpoint: endpoint.to_path_buf(),
@@ -130,6 +132,21 @@ async fn connect_with(
             })
         }
     }
+}
+
+/// The OS error for a path that is not a socket. Unix's `connect` says
+/// "connection refused" there, as for a stale socket, which read beside "it
+/// is a regular file, not a socket" contradicts it; `ENOTSOCK` ("socket
+/// operation on non-socket") is the OS's own word for what it is.
+fn not_a_socket_error(refused: io::Error) -> io::Error {
+    #[cfg(unix)]
+    {
+        drop(refused);
+        io::Error::from_raw_os_error(rustix::io::Errno::NOTSOCK.raw_os_error())
+    }
+    // (Never reached: only Unix paths are files of another kind.)
+    #[cfg(not(unix))]
+    refused
 }
 
 /// Whether waiting may cure `error`: the endpoint does not exist yet, or
@@ -317,9 +334,6 @@ impl std::error::Error for ConnectError {
         match (&self.fault, self.source.kind()) {
             // Made up here, with nothing to add to the text above.
             (Fault::Untrusted { .. }, _) | (_, io::ErrorKind::TimedOut) => None,
-            // The OS says "connection refused", which reads as "nothing
-            // listens" and contradicts the diagnosis: it is not a socket.
-            (Fault::NotASocket(_), _) => None,
             _ => Some(&self.source),
         }
     }
@@ -412,20 +426,33 @@ mod tests {
         );
     }
 
-    /// "It is a regular file, not a socket" is the whole story: the OS's
-    /// "connection refused" behind it would read as "nothing listens".
+    /// "It is a regular file, not a socket" comes with the OS's word for
+    /// that, not with the "connection refused" `connect` said, which would
+    /// read as "nothing listens there" and contradict it.
+    #[cfg(unix)]
     #[test]
     fn not_a_socket_is_not_paired_with_connection_refused() {
-        let e = error(
-            Fault::NotASocket("a regular file"),
-            io::ErrorKind::ConnectionRefused,
-            Duration::from_secs(5),
-        );
-        assert_eq!(
-            crate::error_chain(&e),
-            "cannot connect to '/run/app.sock': it is a regular file, not a socket"
-        );
-        assert_eq!(e.hint(), None);
+        let dir = std::env::temp_dir().join(format!("mcpb-not-a-socket-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("file");
+        std::fs::write(&file, b"").unwrap();
+        for wait in [false, true] {
+            let e = smol::block_on(connect_with(&file, Duration::from_secs(5), wait))
+                .map(drop)
+                .unwrap_err();
+            let notsock = io::Error::from_raw_os_error(rustix::io::Errno::NOTSOCK.raw_os_error());
+            assert_eq!(
+                crate::error_chain(&e),
+                format!(
+                    "cannot connect to '{}': it is a regular file, not a socket: {}",
+                    file.display(),
+                    notsock
+                )
+            );
+            assert!(!crate::error_chain(&e).contains("refused"), "{}", e);
+            assert_eq!(e.hint(), None);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The hints name the binary's flags, and only where they help.
