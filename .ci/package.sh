@@ -16,8 +16,15 @@ version="$(sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
 head="$(git rev-parse --short=12 HEAD)"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-# One target directory for the builds below, apart from the main one.
-export CARGO_TARGET_DIR="$PWD/target/ci-package"
+# Target directories apart from the main one, and one per copy of the
+# crate: cargo gives every copy of mcp-bridge 0.2.0 the same fingerprints
+# wherever its source is, so copies sharing one would reuse each other's
+# build-script output (and so each other's `--version`).
+# They start empty, so no output of an earlier run (another commit's) is
+# taken for this one's.
+target="$PWD/target/ci-package"
+rm -rf "$target"
+export CARGO_TARGET_DIR="$target/package"
 
 step "cargo package: no warning, nothing but what Cargo.toml includes, and it builds"
 # --allow-dirty: so that this runs in a working copy with changes too; the
@@ -37,11 +44,11 @@ fi
 echo "$(wc -l <"$scratch/list") files, as Cargo.toml's include says"
 
 # Checks that the bridge-only build of the crate whose manifest is $1 says
-# `--version` with the commit $2.
+# `--version` with the commit $2; builds into target directory $3.
 version_says() {
     local manifest=$1 commit=$2 line
-    cargo build --quiet --locked --no-default-features --manifest-path "$manifest"
-    line="$("$CARGO_TARGET_DIR/debug/mcp-bridge" --version)"
+    CARGO_TARGET_DIR="$target/$3" cargo build --quiet --locked --no-default-features --manifest-path "$manifest"
+    line="$("$target/$3/debug/mcp-bridge" --version)"
     echo "$line"
     case "$line" in
         "mcp-bridge $version ($commit, "*", bridge-only)") ;;
@@ -51,7 +58,7 @@ version_says() {
 
 step "--version of the packaged crate names the commit it was packaged from ($head)"
 tar -xzf "$CARGO_TARGET_DIR/package/mcp-bridge-$version.crate" -C "$scratch"
-version_says "$scratch/mcp-bridge-$version/Cargo.toml" "$head"
+version_says "$scratch/mcp-bridge-$version/Cargo.toml" "$head" packaged
 
 step "--version of a copy vendored into an app's repository names no commit, not the app's"
 app="$scratch/app"
@@ -61,4 +68,4 @@ git -C "$app" init --quiet
 git -C "$app" add .
 git -C "$app" -c user.name=ci -c user.email=ci@localhost commit --quiet -m "the app"
 echo "the app's commit: $(git -C "$app" rev-parse --short=12 HEAD)"
-version_says "$app/vendor/mcp-bridge/Cargo.toml" unknown
+version_says "$app/vendor/mcp-bridge/Cargo.toml" unknown vendored
