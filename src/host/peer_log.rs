@@ -105,6 +105,7 @@ pub(super) struct PeerLog {
     state: Mutex<PeerLogState>,
     /// What the held-back lines were about, after their count.
     held_back: &'static str,
+    /// Where its lines go.
     sink: LogSink,
 }
 
