@@ -188,9 +188,12 @@ fn next_steps(out: &mut dyn Write) {
          \x20 2. with the app running, check that line with `doctor` in place of `mcp-server`:\n\
          \x20      {me} doctor {args}",
         me = me,
-        args = "--endpoint <your app's endpoint> --project <id> --requester <agent>",
+        args = NEXT_STEPS_ARGS,
     );
 }
+
+/// What the next steps put after `mcp-server` and `doctor`.
+const NEXT_STEPS_ARGS: &str = "--endpoint <your app's endpoint> --project <id> --requester <agent>";
 
 /// `word` as one word for a POSIX shell: as it is when it is plain, in
 /// single quotes otherwise (a quote in it written as `'\''`).
