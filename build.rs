@@ -1,6 +1,15 @@
 //! Records the facts `mcp-bridge --version` prints beside the version: the git
-//! commit the binary was built from and the target triple. Both help a user's
-//! bug report name exactly which build misbehaved.
+//! commit the binary was built from, the target triple, and which build it is
+//! (`full`, `bridge-only`, or the features of one in between). They help a
+//! user's bug report name exactly which build misbehaved. They are known
+//! here, so the line is one constant in the binary, with no code to make it.
+//!
+//! The commit is this crate's own or none ("unknown"), never a wrong one: a
+//! packaged crate (crates.io, `cargo package`, `cargo vendor`) names the commit
+//! it was packaged from in `.cargo_vcs_info.json`; a git checkout counts only
+//! if this crate's directory is the top of the repository, because a copy
+//! vendored into an app's own repository would otherwise print the app's
+//! commit.
 //!
 //! It also tells the crate whether the compiler's std has
 //! `CommandExt::process_group` (Rust 1.64, one release after this crate's
@@ -9,30 +18,18 @@
 //! `pre_exec` hook that forces std to `fork` the whole parent instead. For
 //! `serve`, spawning a child per connection, that is a third of its CPU.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// How many hex digits of the commit `--version` prints.
+const COMMIT_DIGITS: usize = 12;
+
 fn main() {
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_string());
+    let commit = own_commit().unwrap_or_else(|| "unknown".to_string());
     let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".to_string());
     println!("cargo:rustc-env=MCP_BRIDGE_GIT_COMMIT={}", commit);
     println!("cargo:rustc-env=MCP_BRIDGE_TARGET={}", target);
-
-    // Rebuild when HEAD moves. Only name files that exist: cargo reruns a
-    // build script on every build when a named file is missing.
-    for file in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
-        if Path::new(file).exists() {
-            println!("cargo:rerun-if-changed={}", file);
-        }
-    }
+    println!("cargo:rustc-env=MCP_BRIDGE_BUILD={}", build_name());
     println!("cargo:rerun-if-changed=build.rs");
 
     let minor = rustc_minor().unwrap_or(0);
@@ -46,6 +43,102 @@ fn main() {
     }
 
     no_unwind_tables();
+}
+
+/// This crate's own commit, shortened, if it can be told (see the module
+/// doc); names the files whose change means another commit, so cargo runs
+/// this again when HEAD moves.
+fn own_commit() -> Option<String> {
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    let vcs_info = dir.join(".cargo_vcs_info.json");
+    if vcs_info.exists() {
+        println!("cargo:rerun-if-changed=.cargo_vcs_info.json");
+        // `{"git": {"sha1": "<40 hex digits>"}, ...}`, written by cargo.
+        let text = std::fs::read_to_string(&vcs_info).ok()?;
+        let after = &text[text.find("\"sha1\"")? + 6..];
+        let start = after.find('"')? + 1;
+        let sha1 = &after[start..];
+        let len = sha1.find('"')?;
+        return short(&sha1[..len]);
+    }
+    let toplevel = git(&dir, &["rev-parse", "--show-toplevel"])?;
+    if !same_dir(Path::new(&toplevel), &dir) {
+        return None;
+    }
+    // Rebuild when HEAD moves (`--git-path`: a worktree's HEAD is not under
+    // `.git/`). Only name files that exist: cargo reruns a build script on
+    // every build when a named file is missing.
+    for file in ["HEAD", "refs/heads", "packed-refs"] {
+        if let Some(path) = git(&dir, &["rev-parse", "--git-path", file]) {
+            if dir.join(&path).exists() {
+                println!("cargo:rerun-if-changed={}", path);
+            }
+        }
+    }
+    short(&git(&dir, &["rev-parse", "HEAD"])?)
+}
+
+/// Which build this is: `full` (every feature of Cargo.toml's `default`,
+/// which lists them all), `bridge-only` (none), or `features: ` and the
+/// ones it has, as Cargo.toml names them (`features: host,log`).
+fn build_name() -> String {
+    let manifest = std::fs::read_to_string("Cargo.toml").unwrap_or_default();
+    let all: Vec<&str> = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("default = ["))
+        .map(|list| list.trim_end_matches(']').split(','))
+        .into_iter()
+        .flatten()
+        .map(|name| name.trim().trim_matches('"'))
+        .filter(|name| !name.is_empty())
+        .collect();
+    // Cargo says which are on: `CARGO_FEATURE_<NAME>`, upper case, `_` for `-`.
+    let on: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|name| {
+            let var = format!("CARGO_FEATURE_{}", name.to_uppercase().replace('-', "_"));
+            std::env::var_os(var).is_some()
+        })
+        .collect();
+    if on.is_empty() {
+        "bridge-only".to_string()
+    } else if on.len() == all.len() {
+        "full".to_string()
+    } else {
+        format!("features: {}", on.join(","))
+    }
+}
+
+/// The first [`COMMIT_DIGITS`] of a commit id, if it is one.
+fn short(commit: &str) -> Option<String> {
+    let hex = commit.len() >= COMMIT_DIGITS && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex {
+        Some(commit[..COMMIT_DIGITS].to_string())
+    } else {
+        None
+    }
+}
+
+/// What `git <args>` prints in `dir`, trimmed; `None` if git is missing,
+/// fails, or prints nothing.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    Some(text.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// Whether two paths name the same directory, links resolved.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// The minor version of the compiler cargo builds with (`rustc 1.NN.x ...`),

@@ -166,8 +166,53 @@ async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
     if !status.success() {
         return Err(fail(format!("the bridge exited with {}", status)));
     }
+    next_steps(out);
     say(out, "demo OK");
     Ok(())
+}
+
+/// What to do once the demo has shown the bridge works: configure a CLI to
+/// spawn this executable, then check that line against the running app.
+/// (One write, out of line: it is the whole cost of the advice.)
+#[inline(never)]
+fn next_steps(out: &mut dyn Write) {
+    let me = std::env::current_exe().map_or_else(
+        |_| "mcp-bridge".to_string(),
+        |path| shell_word(&path.to_string_lossy()),
+    );
+    let _ = writeln!(
+        out,
+        "\nNext, with your app:\n\
+         \x20 1. configure your MCP CLI to spawn this executable (README.md, \"Configure your MCP CLI\"), e.g.\n\
+         \x20      claude mcp add myapp -- {me} mcp-server {args}\n\
+         \x20 2. with the app running, check that line with `doctor` in place of `mcp-server`:\n\
+         \x20      {me} doctor {args}",
+        me = me,
+        args = NEXT_STEPS_ARGS,
+    );
+}
+
+/// What the next steps put after `mcp-server` and `doctor`.
+const NEXT_STEPS_ARGS: &str = "--endpoint <your app's endpoint> --project <id> --requester <agent>";
+
+/// `word` as one word for a POSIX shell: as it is when it is plain, in
+/// single quotes otherwise (a quote in it written as `'\''`).
+fn shell_word(word: &str) -> String {
+    let plain = word
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@".contains(&b));
+    if plain && !word.is_empty() {
+        return word.to_string();
+    }
+    let mut quoted = String::from("'");
+    for c in word.chars() {
+        match c {
+            '\'' => quoted.push_str("'\\''"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
 }
 
 /// The host restarts with a request in flight; the bridge answers it with

@@ -56,6 +56,18 @@
 //! # }
 //! # #[cfg(not(unix))] fn main() {}
 //! ```
+//!
+//! # Using it from tokio
+//!
+//! Nothing here needs the app to run smol. What works in the background
+//! (the [`host`] listener's accept loop, the [`app_server`] client's reader
+//! and stderr drain) runs on threads of its own, smol's global executor and
+//! `async-io`'s reactor, so a tokio app awaits the crate's futures as they
+//! are. The host's streams implement the `futures-io` traits, which
+//! `tokio_util::compat` turns into tokio's. `docs/host.md` ("From tokio")
+//! shows it with rmcp, the official Rust MCP SDK, and `examples/tokio-app`
+//! is a whole tokio app, in a crate of its own, that CI runs through the
+//! bridge.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_code)]
 // A build without some features (the bridge-only one) cannot resolve the
@@ -134,7 +146,10 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// The README's and `docs/`'s code blocks, compiled as doctests so their
 /// Rust examples cannot rot (and a block left untagged, which rustdoc takes
 /// for Rust, is caught). A page whose examples use a feature's API is
-/// compiled only with that feature.
+/// compiled only with that feature. A block that needs a crate these
+/// doctests lack (tokio) is marked `ignore`; `.ci/doc-blocks.sh` compiles
+/// every block, those too, as written in a new crate with the dependency
+/// lines its page shows.
 #[cfg(doctest)]
 mod doc_examples {
     #[doc = include_str!("../README.md")]

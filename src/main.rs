@@ -82,15 +82,11 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
 }
 
 /// What to do about an error, in terms of this binary's options: the
-/// library's messages describe the fault, the flags are ours to name.
+/// library's messages describe the fault, and the flags are named apart from
+/// them, by `ConnectError::hint` (one copy, which `doctor` prints too).
 fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
-    let connect = match error.downcast_ref::<BridgeError>() {
-        Some(BridgeError::Connect(e)) => e,
-        _ => return None,
-    };
-    match connect.io_error().kind() {
-        io::ErrorKind::NotFound => Some("is the app running, and is --endpoint or --app right?"),
-        io::ErrorKind::TimedOut => Some("raise --connect-timeout if it is just slow to start"),
+    match error.downcast_ref::<BridgeError>() {
+        Some(BridgeError::Connect(e)) => e.hint(),
         _ => None,
     }
 }

@@ -452,6 +452,13 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
                 error
             );
             assert_eq!(error.stderr_tail(), Some("fatal: out of cheese\n"));
+            // The message alone says how it died and what it said last.
+            assert_eq!(error.exit_status().and_then(|s| s.code()), Some(3));
+            assert_eq!(
+                error.to_string(),
+                "App-server terminated before sending expected response (exit status: 3); \
+                 the last line on its stderr: fatal: out of cheese"
+            );
         }
         let later = client.request("d", Value::Null).await.unwrap_err();
         assert!(
@@ -463,6 +470,36 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
         let status = client.shutdown().await.unwrap().unwrap();
         assert_eq!(status.code(), Some(3));
     })
+}
+
+/// A child killed by a signal (the OOM killer, a crash): the error names the
+/// signal, so the app's log says more than "terminated". Twenty times, since
+/// stdout's end and the exit race each other.
+#[test]
+fn a_child_killed_by_a_signal_says_which() {
+    use std::os::unix::process::ExitStatusExt;
+    for _ in 0..20 {
+        smol::block_on(async {
+            let client = spawn_client("read -r a; echo 'about to crash' >&2; kill -KILL $$");
+
+            let error = client.request("a", Value::Null).await.unwrap_err();
+
+            assert_eq!(error.exit_status().and_then(|s| s.signal()), Some(9));
+            let text = error.to_string();
+            assert!(
+                text.starts_with(
+                    "App-server terminated before sending expected response (signal: 9"
+                ),
+                "{}",
+                text
+            );
+            assert!(
+                text.ends_with("; the last line on its stderr: about to crash"),
+                "{}",
+                text
+            );
+        })
+    }
 }
 
 #[test]

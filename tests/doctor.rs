@@ -327,8 +327,37 @@ fn doctor_names_an_absent_endpoint() {
         "{}",
         stderr
     );
+    // What to do about it, as `mcp-server` says it.
+    let hint = "(is the app running, and is --endpoint right?)";
+    assert!(step_line(&report, "endpoint").ends_with(hint), "{}", report);
+    assert!(stderr.trim_end().ends_with(hint), "{}", stderr);
     // Still the configuration to paste, for the installer to write.
     assert!(report.contains("claude mcp add app -- "), "{}", report);
+}
+
+/// A regular file where the socket should be: the step says so, with the
+/// OS's word for it, not the "connection refused" `connect` said, which
+/// would read as "nothing listens" and contradict it.
+#[test]
+fn doctor_names_a_file_that_is_not_a_socket_without_contradicting_itself() {
+    let dir = TempDir::new("doctor-file", 0o700);
+    let file = dir.socket();
+    std::fs::write(&file, b"").unwrap();
+    let output = doctor(&["--endpoint", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let report = text(&output.stdout);
+    let line = step_line(&report, "endpoint");
+    let expected = format!(
+        "cannot connect to '{}': it is a regular file, not a socket",
+        file.display()
+    );
+    assert!(line.contains(&expected), "{}", report);
+    assert!(
+        line.contains("Socket operation on non-socket"),
+        "{}",
+        report
+    );
+    assert!(!report.to_lowercase().contains("refused"), "{}", report);
 }
 
 /// A host that accepts but never answers `initialize` costs `--timeout`,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use mcp_bridge::handshake::Handshake;
-use mcp_bridge::host::{Connection, Listener, Options, HANDSHAKE_LIMIT};
+use mcp_bridge::host::{Connection, Listener, LogSink, Options, HANDSHAKE_LIMIT};
 use smol::net::unix::UnixStream;
 use support::{assert_hung_up_after_connecting, is_root, spawn_foreign_bridge, within, TempDir};
 
@@ -737,4 +737,44 @@ fn an_endpoint_behind_a_retargeted_link_is_removed() {
         fs::read(second.join("app.sock")).unwrap(),
         b"someone else's"
     );
+}
+
+/// An app whose stderr goes nowhere (a GUI launched from a dock) hands the
+/// listener a function of its own: the lines about a stale socket replaced
+/// and a peer dropped reach it, and nothing reaches stderr. Run alone, so
+/// that its stderr is only this listener's.
+#[test]
+fn log_lines_go_to_the_apps_function_instead_of_stderr() {
+    const NAME: &str = "log_lines_go_to_the_apps_function_instead_of_stderr";
+    if !running_alone(NAME) {
+        let mut child = alone(NAME);
+        let (_lines, stderr) = watch_stderr(&mut child);
+        let stderr = passed_alone(child, stderr);
+        assert!(!stderr.contains("mcp-bridge:"), "{}", stderr);
+        return;
+    }
+    let dir = TempDir::new("log-sink", 0o700);
+    drop(std::os::unix::net::UnixListener::bind(dir.socket()).unwrap());
+    let (lines, received) = smol::channel::unbounded::<String>();
+    let mut options = Options::default();
+    options.log = LogSink::to(move |line: &str| {
+        let _ = lines.try_send(line.to_string());
+    });
+    smol::block_on(async {
+        let listener = Listener::bind_with(dir.socket(), options).unwrap();
+        let stale = within("the stale-socket line", received.recv()).await;
+        assert_eq!(
+            stale.unwrap(),
+            format!(
+                "removed a stale socket at '{}' (nothing was listening)",
+                dir.socket().display()
+            )
+        );
+        let mut not_json = connect_raw(&dir.socket(), b"hello\n").await;
+        within("the bad peer's end", read_until_closed(&mut not_json)).await;
+        let dropped = within("the dropped-peer line", received.recv()).await;
+        let dropped = dropped.unwrap();
+        assert!(dropped.starts_with("dropped a connection: "), "{}", dropped);
+        drop(listener);
+    });
 }

@@ -35,7 +35,9 @@ const STDERR_SETTLE: Duration = Duration::from_millis(200);
 /// ends anyway. Normally stdout closes with the exit; a grandchild that inherited it
 /// (`sh -c "helper & exit 3"`) would otherwise keep every pending request waiting for
 /// its full timeout. Within this time the reader still takes in what the child wrote
-/// just before exiting: at most a pipe's worth, which takes microseconds.
+/// just before exiting: at most a pipe's worth, which takes microseconds. The other way
+/// round, it is also how long a child whose stdout ended is given to exit, so that the
+/// error can say how it exited (an exit code, a signal).
 const EXIT_SETTLE: Duration = Duration::from_millis(200);
 
 /// How long a request whose write failed waits to learn that the child exited, so that
@@ -90,8 +92,8 @@ type Outcome = Result<Value, AppServerError>;
 /// caller, so a caller busy awaiting a response can never stall it.
 ///
 /// When the child exits (or its stdout ends), every pending request fails at once with
-/// [`AppServerError::ProcessTerminated`], carrying the tail of the child's stderr, and
-/// so does every later request. A request from the child whose `id` is not a string or
+/// [`AppServerError::ProcessTerminated`], carrying the child's exit status and the tail
+/// of its stderr, and so does every later request. A request from the child whose `id` is not a string or
 /// an integer is answered with JSON-RPC's "Invalid Request" error, since it cannot be
 /// answered by its id.
 ///
@@ -647,18 +649,27 @@ async fn run_connection<E>(
     let mut ended = match exited {
         None => read.await,
         Some(exited) => {
+            futures_lite::pin!(exited);
             let exit = async {
-                // Without a reliable exit, stdout's end is the only signal left.
-                if exited.await.is_err() {
-                    future::pending::<()>().await;
+                match exited.as_mut().await {
+                    Ok(status) => status,
+                    // Without a reliable exit, stdout's end is the only signal left.
+                    Err(_) => future::pending().await,
                 }
-                None
             };
-            match future::or(async { Some(read.as_mut().await) }, exit).await {
-                Some(ended) => ended,
-                None => wait::timeout(EXIT_SETTLE, read)
+            let first =
+                future::or(async { Err(read.as_mut().await) }, async { Ok(exit.await) }).await;
+            match first {
+                Ok(status) => wait::timeout(EXIT_SETTLE, read)
                     .await
-                    .unwrap_or_else(AppServerError::terminated),
+                    .unwrap_or_else(AppServerError::terminated)
+                    .with_exit_status(status),
+                // Stdout ended first: the child is normally exiting with it, and
+                // how it exited is worth the wait (a crash, a signal).
+                Err(ended) => match wait::timeout(EXIT_SETTLE, exited).await {
+                    Some(Ok(status)) => ended.with_exit_status(status),
+                    _ => ended,
+                },
             }
         }
     };

@@ -3,6 +3,7 @@
 use std::error::Error;
 use std::fmt;
 use std::io;
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -20,9 +21,13 @@ use super::{RequestId, StderrTail};
 ///
 /// Four texts are the ones the original app-server helpers printed, which callers
 /// may match on, and they stay word for word: `Failed to spawn `{name}`: {error}`,
-/// `{step}: {error}` for I/O (see [`IoStep`]), `App-server terminated before sending
-/// expected response` and ``Timed out waiting for app-server response `{id}` after
-/// {secs} seconds``. Two of them print the operating system's error inside the
+/// `{step}: {error}` for I/O (see [`IoStep`]), ``Timed out waiting for app-server
+/// response `{id}` after {secs} seconds``, and `App-server terminated before sending
+/// expected response`, which starts the text of [`ProcessTerminated`] and is followed,
+/// when they are known, by the child's exit status and the last line it wrote to
+/// stderr (`App-server terminated before sending expected response (exit status: 3);
+/// the last line on its stderr: fatal: out of cheese`): match that one with
+/// `starts_with`. Two of them print the operating system's error inside the
 /// sentence, so [`source`](Error::source) returns `None` for every variant (an error
 /// printer walking the chain would otherwise show that error twice); the
 /// `io::Error` itself is available from [`io_error`](Self::io_error).
@@ -60,6 +65,9 @@ pub enum AppServerError {
     ProcessTerminated {
         /// The last bytes the child wrote to stderr, lossily decoded; empty if unknown.
         stderr_tail: String,
+        /// How the child exited (its exit code, or on Unix the signal that killed
+        /// it); `None` if that is not known, as when only its stdout ended.
+        exit_status: Option<ExitStatus>,
     },
 
     /// No response with the awaited id arrived in time.
@@ -161,7 +169,7 @@ impl AppServerError {
     /// died or went silent and it said anything.
     pub fn stderr_tail(&self) -> Option<&str> {
         match self {
-            AppServerError::ProcessTerminated { stderr_tail }
+            AppServerError::ProcessTerminated { stderr_tail, .. }
             | AppServerError::Timeout { stderr_tail, .. }
                 if !stderr_tail.is_empty() =>
             {
@@ -181,6 +189,25 @@ impl AppServerError {
         }
     }
 
+    /// How the child exited, if this error is about a child that exited and its
+    /// status is known.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        match self {
+            AppServerError::ProcessTerminated { exit_status, .. } => *exit_status,
+            _ => None,
+        }
+    }
+
+    /// Fills in the exit status of a termination error; other errors are returned
+    /// unchanged. For the lockstep helpers, which only see stdout: call it with what
+    /// waiting for the child returned.
+    pub fn with_exit_status(mut self, status: ExitStatus) -> Self {
+        if let AppServerError::ProcessTerminated { exit_status, .. } = &mut self {
+            *exit_status = Some(status);
+        }
+        self
+    }
+
     /// Fills in the stderr tail of a termination or timeout error from `tail`.
     ///
     /// The lockstep helpers such as
@@ -188,7 +215,7 @@ impl AppServerError {
     /// cannot know what the child said on stderr; call this on their errors to add it.
     /// Other errors are returned unchanged.
     pub fn with_stderr_tail(mut self, tail: &StderrTail) -> Self {
-        if let AppServerError::ProcessTerminated { stderr_tail }
+        if let AppServerError::ProcessTerminated { stderr_tail, .. }
         | AppServerError::Timeout { stderr_tail, .. } = &mut self
         {
             *stderr_tail = tail.snapshot();
@@ -203,6 +230,7 @@ impl AppServerError {
     pub(crate) fn terminated() -> Self {
         AppServerError::ProcessTerminated {
             stderr_tail: String::new(),
+            exit_status: None,
         }
     }
 
@@ -236,11 +264,13 @@ impl AppServerError {
                 step: *step,
                 error: copy(error),
             },
-            AppServerError::ProcessTerminated { stderr_tail } => {
-                AppServerError::ProcessTerminated {
-                    stderr_tail: stderr_tail.clone(),
-                }
-            }
+            AppServerError::ProcessTerminated {
+                stderr_tail,
+                exit_status,
+            } => AppServerError::ProcessTerminated {
+                stderr_tail: stderr_tail.clone(),
+                exit_status: *exit_status,
+            },
             AppServerError::Timeout {
                 response_id,
                 timeout,
@@ -289,8 +319,18 @@ impl fmt::Display for AppServerError {
                 write!(f, "{} {} is unavailable", name, pipe)
             }
             AppServerError::Io { step, error } => write!(f, "{}: {}", step, error),
-            AppServerError::ProcessTerminated { .. } => {
-                f.write_str("App-server terminated before sending expected response")
+            AppServerError::ProcessTerminated {
+                stderr_tail,
+                exit_status,
+            } => {
+                f.write_str("App-server terminated before sending expected response")?;
+                if let Some(status) = exit_status {
+                    write!(f, " ({})", status)?;
+                }
+                if let Some(line) = last_line(stderr_tail) {
+                    write!(f, "; the last line on its stderr: {}", line)?;
+                }
+                Ok(())
             }
             AppServerError::Timeout {
                 response_id,
@@ -339,6 +379,35 @@ impl fmt::Display for AppServerError {
 /// on [`AppServerError`].
 impl Error for AppServerError {}
 
+/// Longest part of the child's last stderr line that goes into an error's text; the
+/// whole tail is in [`AppServerError::stderr_tail`].
+const LAST_LINE_LIMIT: usize = 300;
+
+/// The last line of `tail` with text in it, trimmed, cut to [`LAST_LINE_LIMIT`] bytes
+/// (at a character boundary, marked with `...`), and with control characters (a
+/// terminal's escape sequences) shown as `\u{fffd}`, so that the error stays one
+/// readable line.
+fn last_line(tail: &str) -> Option<String> {
+    let text = tail.trim_end();
+    let start = text.bytes().rposition(|b| b == b'\n').map_or(0, |i| i + 1);
+    let line = text[start..].trim();
+    if line.is_empty() {
+        return None;
+    }
+    let mut end = line.len().min(LAST_LINE_LIMIT);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut shown: String = line[..end]
+        .chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if end < line.len() {
+        shown.push_str("...");
+    }
+    Some(shown)
+}
+
 /// Whole seconds print as `300`, shorter waits (tests, tight budgets) as `0.25`
 /// rather than a misleading `0`.
 struct Seconds(Duration);
@@ -371,6 +440,7 @@ mod tests {
             },
             AppServerError::ProcessTerminated {
                 stderr_tail: "panic: boom\n".to_string(),
+                exit_status: None,
             },
             AppServerError::Timeout {
                 response_id: RequestId::from(7),
@@ -455,14 +525,54 @@ mod tests {
 
     #[test]
     fn process_terminated_display() {
-        let error = AppServerError::ProcessTerminated {
-            stderr_tail: "panic: boom\n".to_string(),
-        };
+        let error = AppServerError::terminated();
         assert_eq!(
             error.to_string(),
             "App-server terminated before sending expected response"
         );
-        assert_eq!(error.stderr_tail(), Some("panic: boom\n"));
+        let error = AppServerError::ProcessTerminated {
+            stderr_tail: "starting\npanic: boom\n\n".to_string(),
+            exit_status: None,
+        };
+        assert_eq!(
+            error.to_string(),
+            "App-server terminated before sending expected response; \
+             the last line on its stderr: panic: boom"
+        );
+        assert_eq!(error.stderr_tail(), Some("starting\npanic: boom\n\n"));
+    }
+
+    /// A dead child's exit status, then the last line it wrote to stderr, cut to
+    /// a readable length and with its escape sequences defused.
+    #[cfg(unix)]
+    #[test]
+    fn process_terminated_names_the_exit_status_and_the_last_stderr_line() {
+        use std::os::unix::process::ExitStatusExt;
+        let error = AppServerError::ProcessTerminated {
+            stderr_tail: "fatal: out of cheese\n".to_string(),
+            exit_status: None,
+        }
+        .with_exit_status(ExitStatus::from_raw(3 << 8));
+        assert_eq!(
+            error.to_string(),
+            "App-server terminated before sending expected response (exit status: 3); \
+             the last line on its stderr: fatal: out of cheese"
+        );
+        assert_eq!(error.exit_status().and_then(|s| s.code()), Some(3));
+        assert_eq!(error.replicate().exit_status(), error.exit_status());
+
+        let long = format!("\u{1b}[31m{}\n", "é".repeat(400));
+        let error = AppServerError::ProcessTerminated {
+            stderr_tail: long,
+            exit_status: Some(ExitStatus::from_raw(9)),
+        };
+        let text = error.to_string();
+        assert!(text.contains(" (signal: 9"), "{}", text);
+        assert!(!text.contains('\u{1b}'), "{}", text);
+        assert!(text.ends_with("éé..."), "{}", text);
+        let shown = &text[text.find("stderr: ").unwrap() + 8..];
+        // The cut, "...", and the escape shown as U+FFFD (3 bytes, not 1).
+        assert!(shown.len() <= LAST_LINE_LIMIT + 3 + 2, "{}", shown.len());
     }
 
     #[test]

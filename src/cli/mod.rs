@@ -131,14 +131,22 @@ pub fn usage() -> String {
         )
 }
 
-/// The line printed by `--version`: version, git commit and target triple,
-/// the last two recorded by `build.rs`.
-pub fn version_line() -> String {
-    format!(
-        "mcp-bridge {} ({}, {})",
+/// The line printed by `--version`: version, git commit, target triple and
+/// which build this is (`full`, `bridge-only`, or `features: ` and the ones
+/// it has), all recorded by `build.rs`; the commit is `unknown` rather than
+/// a wrong one. For example
+/// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`.
+pub fn version_line() -> &'static str {
+    concat!(
+        "mcp-bridge ",
         env!("CARGO_PKG_VERSION"),
+        " (",
         env!("MCP_BRIDGE_GIT_COMMIT"),
+        ", ",
         env!("MCP_BRIDGE_TARGET"),
+        ", ",
+        env!("MCP_BRIDGE_BUILD"),
+        ")"
     )
 }
 

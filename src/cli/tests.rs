@@ -485,3 +485,47 @@ fn seconds_are_decimals() {
         assert!(e.to_string().contains("must be more than 0 and at most 86400 seconds"), "{}: {}", out_of_range, e);
     }
 }
+
+/// `--version` names the build by the features it was built with, as
+/// Cargo.toml names them.
+#[test]
+fn version_names_the_build() {
+    let features = [
+        ("serve", cfg!(feature = "serve")),
+        ("host", cfg!(feature = "host")),
+        ("doctor", cfg!(feature = "doctor")),
+        ("demo", cfg!(feature = "demo")),
+        ("app-server", cfg!(feature = "app-server")),
+        ("log", cfg!(feature = "log")),
+    ];
+    // Every feature of Cargo.toml is in that list (`default` has them all).
+    let manifest = include_str!("../../Cargo.toml");
+    let default = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("default = ["))
+        .expect("Cargo.toml's default features");
+    let mut in_cargo_toml: Vec<&str> = default
+        .trim_end_matches(']')
+        .split(',')
+        .map(|name| name.trim().trim_matches('"'))
+        .collect();
+    let mut known: Vec<&str> = features.iter().map(|f| f.0).collect();
+    in_cargo_toml.sort_unstable();
+    known.sort_unstable();
+    assert_eq!(known, in_cargo_toml);
+
+    let on: Vec<&str> = features.iter().filter(|f| f.1).map(|f| f.0).collect();
+    let build = match on.len() {
+        0 => "bridge-only".to_string(),
+        6 => "full".to_string(),
+        _ => format!("features: {}", on.join(",")),
+    };
+    let line = version_line();
+    assert!(
+        line.ends_with(&format!(", {})", build)),
+        "{} should name the build {}",
+        line,
+        build
+    );
+    assert!(line.contains(env!("MCP_BRIDGE_TARGET")), "{}", line);
+}

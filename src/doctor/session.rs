@@ -236,7 +236,9 @@ impl Checker<'_> {
             Ok(halves) => halves,
             Err(e) => {
                 let mut step = connect_step;
-                step.detail = crate::error_chain(&BridgeError::Connect(e));
+                // What `mcp-server` prints after the same message.
+                let hint = e.hint().map_or(String::new(), |h| format!(" ({})", h));
+                step.detail = crate::error_chain(&BridgeError::Connect(e)) + &hint;
                 if facts.usable {
                     self.pass(endpoint_step, facts.warnings);
                     return Err(self.fail(step, Vec::new()));

@@ -125,10 +125,12 @@ async fn connect_with(
         Ok((reader, writer)) => Ok((Reader(reader), Writer(writer))),
         Err(source) => {
             let refused = source.kind() == io::ErrorKind::ConnectionRefused;
-            let fault = match platform::not_a_socket(endpoint) {
-                Some(what) if refused => Fault::NotASocket(what),
-                _ if wait_for_app && source.kind() != io::ErrorKind::TimedOut => Fault::Waited,
-                _ => Fault::Io,
+            let (fault, source) = match platform::not_a_socket(endpoint) {
+                Some(what) if refused => (Fault::NotASocket(what), not_a_socket_error(source)),
+                _ if wait_for_app && source.kind() != io::ErrorKind::TimedOut => {
+                    (Fault::Waited, source)
+                }
+                _ => (Fault::Io, source),
             };
             Err(ConnectError {
                 endpoint: endpoint.to_path_buf(),
@@ -138,6 +140,21 @@ async fn connect_with(
             })
         }
     }
+}
+
+/// The OS error for a path that is not a socket. Unix's `connect` says
+/// "connection refused" there, as for a stale socket, which read beside "it
+/// is a regular file, not a socket" contradicts it; `ENOTSOCK` ("socket
+/// operation on non-socket") is the OS's own word for what it is.
+fn not_a_socket_error(refused: io::Error) -> io::Error {
+    #[cfg(unix)]
+    {
+        drop(refused);
+        io::Error::from_raw_os_error(rustix::io::Errno::NOTSOCK.raw_os_error())
+    }
+    // (Never reached: only Unix paths are files of another kind.)
+    #[cfg(not(unix))]
+    refused
 }
 
 /// Whether waiting may cure `error`: the endpoint does not exist yet, or
@@ -319,8 +336,9 @@ impl fmt::Display for ConnectError {
                 io::ErrorKind::TimedOut => {
                     return write!(
                         f,
-                        "cannot connect to '{}': no connection within {:?}; the app is busy or hung",
-                        endpoint, self.timeout
+                        "cannot connect to '{}': no connection within {}; the app is busy or hung",
+                        endpoint,
+                        Rounded(self.timeout)
                     )
                 }
                 io::ErrorKind::NotFound => "it does not exist",
@@ -336,7 +354,7 @@ impl fmt::Display for ConnectError {
         };
         write!(f, "cannot connect to '{}': {}", endpoint, what)?;
         if let Fault::Waited = self.fault {
-            write!(f, " (waited {:?} for the app)", self.timeout)?;
+            write!(f, " (waited {} for the app)", Rounded(self.timeout))?;
         }
         Ok(())
     }
@@ -352,6 +370,46 @@ impl std::error::Error for ConnectError {
     }
 }
 
+impl ConnectError {
+    /// What to do about it, in the words of `mcp-bridge mcp-server`'s
+    /// options, where the message alone leaves the user guessing: what the
+    /// binary and `doctor` print after the message. Not part of the Display
+    /// text, which also reaches apps that call [`connect`] with no such
+    /// options, and MCP clients in the bridge's JSON-RPC errors.
+    pub fn hint(&self) -> Option<&'static str> {
+        match (&self.fault, self.source.kind()) {
+            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => {
+                Some("is the app running, and is --endpoint right?")
+            }
+            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => {
+                Some("raise --connect-timeout if it is just slow to start")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A wait as a person reads it: `5s`, `2.9s`, `250ms` rather than the
+/// `2.899912682s` of `Debug` (a reconnect waits what is left of a budget).
+struct Rounded(Duration);
+
+impl fmt::Display for Rounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Whole numbers only (u64, no float): the bridge-only build has no
+        // other use for float or u128 formatting, which costs kilobytes.
+        let ms = (self.0.as_secs().saturating_mul(1000))
+            .saturating_add(u64::from(self.0.subsec_millis()));
+        if ms < 1000 {
+            return write!(f, "{}ms", ms);
+        }
+        let tenths = ms.saturating_add(50) / 100;
+        match tenths % 10 {
+            0 => write!(f, "{}s", tenths / 10),
+            tenth => write!(f, "{}.{}s", tenths / 10, tenth),
+        }
+    }
+}
+
 /// The reading half of a connection to the app.
 #[derive(Debug)]
 pub struct Reader(platform::Reader);
@@ -362,3 +420,84 @@ pub struct Writer(platform::Writer);
 
 forward_async_read!(Reader);
 forward_async_write!(Writer);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(fault: Fault, kind: io::ErrorKind, timeout: Duration) -> ConnectError {
+        ConnectError {
+            endpoint: PathBuf::from("/run/app.sock"),
+            timeout,
+            source: io::Error::new(kind, "the OS's words"),
+            fault,
+        }
+    }
+
+    /// A reconnect waits what is left of its budget; the message rounds it.
+    #[test]
+    fn waits_are_rounded_for_people() {
+        let waited = |timeout| error(Fault::Waited, io::ErrorKind::NotFound, timeout).to_string();
+        assert_eq!(
+            waited(Duration::from_nanos(2_899_912_682)),
+            "cannot connect to '/run/app.sock': it does not exist (waited 2.9s for the app)"
+        );
+        assert!(waited(Duration::from_secs(5)).ends_with("(waited 5s for the app)"));
+        assert!(waited(Duration::from_millis(250)).ends_with("(waited 250ms for the app)"));
+        assert!(waited(Duration::from_millis(9_960)).ends_with("(waited 10s for the app)"));
+        let timed_out = error(
+            Fault::Io,
+            io::ErrorKind::TimedOut,
+            Duration::from_nanos(1_500_000_001),
+        );
+        assert!(
+            timed_out.to_string().contains("no connection within 1.5s;"),
+            "{}",
+            timed_out
+        );
+    }
+
+    /// "It is a regular file, not a socket" comes with the OS's word for
+    /// that, not with the "connection refused" `connect` said, which would
+    /// read as "nothing listens there" and contradict it.
+    #[cfg(unix)]
+    #[test]
+    fn not_a_socket_is_not_paired_with_connection_refused() {
+        let dir = std::env::temp_dir().join(format!("mcpb-not-a-socket-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("file");
+        std::fs::write(&file, b"").unwrap();
+        for wait in [false, true] {
+            let e = smol::block_on(connect_with(&file, Duration::from_secs(5), wait))
+                .map(drop)
+                .unwrap_err();
+            let notsock = io::Error::from_raw_os_error(rustix::io::Errno::NOTSOCK.raw_os_error());
+            assert_eq!(
+                crate::error_chain(&e),
+                format!(
+                    "cannot connect to '{}': it is a regular file, not a socket: {}",
+                    file.display(),
+                    notsock
+                )
+            );
+            assert!(!crate::error_chain(&e).contains("refused"), "{}", e);
+            assert_eq!(e.hint(), None);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The hints name the binary's flags, and only where they help.
+    #[test]
+    fn hints_say_what_to_do() {
+        let hint = |fault, kind| error(fault, kind, Duration::from_secs(5)).hint();
+        let absent = Some("is the app running, and is --endpoint right?");
+        assert_eq!(hint(Fault::Io, io::ErrorKind::NotFound), absent);
+        assert_eq!(hint(Fault::Waited, io::ErrorKind::NotFound), absent);
+        assert_eq!(
+            hint(Fault::Io, io::ErrorKind::TimedOut),
+            Some("raise --connect-timeout if it is just slow to start")
+        );
+        assert_eq!(hint(Fault::Io, io::ErrorKind::PermissionDenied), None);
+        assert_eq!(hint(Fault::Unidentified, io::ErrorKind::NotFound), None);
+    }
+}

@@ -20,7 +20,7 @@ use smol::Task;
 
 use super::handshake_line::{read_handshake, HandshakeFailure};
 use super::peer_log::{PeerLog, ACCEPTING_HELD_BACK, PEERS_HELD_BACK};
-use super::{lock, log, platform, Connection, Options, Writer};
+use super::{lock, platform, Connection, LogSink, Options, Writer};
 
 /// Most connections that may be between "accepted" and "taken by
 /// [`Listener::accept`]" at once: reading their handshake, or waiting for
@@ -88,8 +88,8 @@ pub(super) async fn accept_loop(
 ) {
     let most_pending = platform::pending_limit(MAX_PENDING);
     let pending: Arc<Pending> = Arc::new(Mutex::new(BTreeMap::new()));
-    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK));
-    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK));
+    let peer_log = Arc::new(PeerLog::new(PEERS_HELD_BACK, options.log.clone()));
+    let accept_log = Arc::new(PeerLog::new(ACCEPTING_HELD_BACK, options.log.clone()));
     let mut outage: Option<Outage> = None;
     let mut next_id: u64 = 0;
     let mut accepted_in_a_row = 0u32;
@@ -108,7 +108,7 @@ pub(super) async fn accept_loop(
             Ok(Accepted::Retry(_)) | Ok(Accepted::OutOfDescriptors(_))
         ) {
             if let Some(outage) = outage.take() {
-                outage.ended();
+                outage.ended(&options.log);
             }
         }
         let (reader, writer) = match accepted {
@@ -152,7 +152,9 @@ pub(super) async fn accept_loop(
                 continue;
             }
             Err(e) => {
-                log(format_args!("stopped accepting connections: {}", e));
+                options
+                    .log
+                    .line(format_args!("stopped accepting connections: {}", e));
                 let _ = ready.send(Err(e)).await;
                 return;
             }
@@ -163,7 +165,7 @@ pub(super) async fn accept_loop(
         let work = take_handshake(
             reader,
             writer,
-            options,
+            (options.handshake_limit, options.handshake_timeout),
             ready.clone(),
             peer_log.clone(),
             heard.clone(),
@@ -235,9 +237,9 @@ impl Outage {
         }
     }
 
-    fn ended(self) {
+    fn ended(self, log: &LogSink) {
         if self.logged {
-            log(format_args!(
+            log.line(format_args!(
                 "accepting connections again after {} failed attempt(s) in {:.1?} ({}): \
                  the connections that waited meanwhile were delayed, not dropped",
                 self.attempts,
@@ -291,17 +293,17 @@ async fn drop_oldest(pending: &Pending, which: Silent) -> bool {
     }
 }
 
-/// Reads one peer's handshake and hands the connection to the app.
+/// Reads one peer's handshake, at most `limit` bytes within `timeout`
+/// (the listener's [`Options`]), and hands the connection to the app.
 async fn take_handshake(
     reader: platform::Reader,
     writer: platform::Writer,
-    options: Options,
+    (limit, timeout): (usize, Duration),
     ready: Sender<io::Result<Connection>>,
     peer_log: Arc<PeerLog>,
     heard: Arc<AtomicBool>,
 ) {
-    let limit = options.handshake_limit;
-    match read_handshake(reader, limit, options.handshake_timeout, &heard).await {
+    match read_handshake(reader, limit, timeout, &heard).await {
         Ok((handshake, reader)) => {
             let connection = Connection {
                 handshake,

@@ -95,7 +95,8 @@
 //! # Log lines
 //!
 //! Log lines go to stderr, prefixed `mcp-bridge:`, through [`diag`] (so a
-//! stderr nobody reads never stalls accepting), because a refused peer is
+//! stderr nobody reads never stalls accepting), or to the app's own log
+//! through [`Options::log`], because a refused peer is
 //! something the app's operator must be able to see, and accept() has no
 //! one else to tell. Lines about single peers (refused, dropped) are
 //! limited to one per second; the others are counted, and the count is
@@ -153,6 +154,7 @@ mod refusal;
 pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
+pub use peer_log::LogSink;
 
 /// A bound endpoint that accepts bridges. Dropping it stops accepting and
 /// removes the socket file.
@@ -202,7 +204,13 @@ pub struct BindError {
 
 impl Listener {
     /// Binds `endpoint` (a socket path on Unix, a pipe name on Windows) and
-    /// starts accepting in the background on smol's global executor.
+    /// starts accepting in the background.
+    ///
+    /// The app need not run smol, or any runtime: the accept loop runs on
+    /// smol's global executor, which has a thread of its own (`smol-1`), and
+    /// the sockets are driven by `async-io`'s reactor thread, so `accept()`
+    /// can be awaited from tokio or any other runtime (docs/host.md, "From
+    /// tokio").
     ///
     /// # Errors
     ///
@@ -229,10 +237,11 @@ impl Listener {
     /// many ways a caller binds (`serve` binds a path or an app's endpoint).
     #[inline(never)]
     fn bind_path(endpoint: &Path, options: Options) -> Result<Listener, BindError> {
-        let (acceptor, file) = platform::bind(endpoint).map_err(|source| BindError {
-            endpoint: endpoint.to_path_buf(),
-            source,
-        })?;
+        let (acceptor, file) =
+            platform::bind(endpoint, &options.log).map_err(|source| BindError {
+                endpoint: endpoint.to_path_buf(),
+                source,
+            })?;
         let (ready_sender, ready) = channel::bounded(1);
         let accepting = smol::spawn(accept::accept_loop(acceptor, options, ready_sender));
         Ok(Listener {

@@ -1,7 +1,10 @@
 //! The settings of a [`Listener`](super::Listener), and their defaults:
-//! what a peer is allowed while its handshake is read.
+//! what a peer is allowed while its handshake is read, and where the
+//! listener's log lines go.
 
 use std::time::Duration;
+
+use super::LogSink;
 
 /// Longest handshake line accepted, final `\n` included. A real one is well
 /// under 1 KiB; the cap only stops a peer from filling our memory.
@@ -16,7 +19,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// [`Listener`]: super::Listener
 /// [`Listener::bind_with`]: super::Listener::bind_with
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Options {
     /// How long a peer has, from being accepted, to send its whole
@@ -34,6 +37,11 @@ pub struct Options {
     /// `usize::MAX` means no limit (a peer that never ends its line can
     /// then fill memory until the timeout); `0` refuses every handshake.
     pub handshake_limit: usize,
+    /// Where the listener's log lines go (a peer refused or dropped, a
+    /// stale socket replaced, accepting failing for a while). Default:
+    /// stderr, [`LogSink::stderr`]; [`LogSink::to`] hands them to the app's
+    /// own log instead.
+    pub log: LogSink,
 }
 
 impl Default for Options {
@@ -41,6 +49,7 @@ impl Default for Options {
         Options {
             handshake_timeout: HANDSHAKE_TIMEOUT,
             handshake_limit: HANDSHAKE_LIMIT,
+            log: LogSink::stderr(),
         }
     }
 }

@@ -1,6 +1,14 @@
-//! The log about single peers (refused, dropped) and about accepting
+//! Where a [`Listener`](super::Listener)'s log lines go ([`LogSink`]), and
+//! the log about single peers (refused, dropped) and about accepting
 //! failing for a while, limited so that a flood of bad peers cannot flood
-//! stderr: one line per interval, the rest counted into one line at its end.
+//! the log: one line per interval, the rest counted into one line at its
+//! end.
+//!
+//! Why a sink at all: a desktop app's stderr often goes nowhere (a GUI
+//! launched from a dock or a file manager), so "dropped another user's
+//! connection" written there is lost. An app hands the listener a function
+//! and the lines join its own log. It is a plain function rather than a
+//! logging crate's facade, so this crate depends on none.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -9,6 +17,84 @@ use std::time::{Duration, Instant};
 use async_io::Timer;
 
 use super::{lock, log};
+
+/// Where a [`Listener`](super::Listener)'s log lines go: stderr (the
+/// default), or a function of the app's, for [`Options::log`].
+///
+/// The function gets each line as it would appear on stderr, without the
+/// `mcp-bridge: ` prefix and the final newline. It is called on whichever
+/// thread the listener's work runs on, while that work waits, so it must
+/// not block: hand the line to the app's logger (`tracing`, `log`, a
+/// channel) and return.
+///
+/// ```
+/// use std::sync::mpsc;
+/// use mcp_bridge::host::{LogSink, Options};
+///
+/// let (lines, received) = mpsc::channel::<String>();
+/// let lines = std::sync::Mutex::new(lines);
+/// let mut options = Options::default();
+/// options.log = LogSink::to(move |line: &str| {
+///     let _ = lines.lock().unwrap().send(line.to_string());
+/// });
+/// # drop(received);
+/// ```
+///
+/// [`Options::log`]: super::Options::log
+#[derive(Clone, Default)]
+pub struct LogSink(Option<Arc<LogFn>>);
+
+/// The app's function behind [`LogSink::to`].
+type LogFn = dyn Fn(&str) + Send + Sync;
+
+impl LogSink {
+    /// Lines go to stderr, prefixed `mcp-bridge: `, through
+    /// [`diag`](crate::diag), which never blocks: the default.
+    pub fn stderr() -> LogSink {
+        LogSink(None)
+    }
+
+    /// Lines go to `log`, one call per line, instead of to stderr.
+    pub fn to(log: impl Fn(&str) + Send + Sync + 'static) -> LogSink {
+        LogSink(Some(Arc::new(log)))
+    }
+
+    /// Writes one line to the sink.
+    pub(super) fn line(&self, message: fmt::Arguments<'_>) {
+        match &self.0 {
+            None => log(message),
+            Some(write) => write(&message.to_string()),
+        }
+    }
+}
+
+impl fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            None => "LogSink::stderr()",
+            Some(_) => "LogSink::to(..)",
+        })
+    }
+}
+
+/// Two sinks are equal when they write to the same place: both stderr, or
+/// the same function (the one `to` was given, shared by clones).
+impl PartialEq for LogSink {
+    fn eq(&self, other: &LogSink) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            // The data pointers only: a trait object's vtable address is
+            // not unique, so comparing it could tell one function apart
+            // from itself.
+            (Some(a), Some(b)) => {
+                std::ptr::eq(Arc::as_ptr(a) as *const u8, Arc::as_ptr(b) as *const u8)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for LogSink {}
 
 /// Lines about single peers (refused, dropped) are written at most once
 /// per this interval; the rest are counted into one line at its end.
@@ -24,6 +110,8 @@ pub(super) struct PeerLog {
     state: Mutex<PeerLogState>,
     /// What the held-back lines were about, after their count.
     held_back: &'static str,
+    /// Where its lines go.
+    sink: LogSink,
 }
 
 /// The count line of the log about single peers.
@@ -43,10 +131,11 @@ struct PeerLogState {
 }
 
 impl PeerLog {
-    pub(super) fn new(held_back: &'static str) -> PeerLog {
+    pub(super) fn new(held_back: &'static str, sink: LogSink) -> PeerLog {
         PeerLog {
             state: Mutex::default(),
             held_back,
+            sink,
         }
     }
 
@@ -71,7 +160,7 @@ impl PeerLog {
             _ => {
                 state.quiet_until = Some(now + PEER_LOG_INTERVAL);
                 drop(state);
-                log(message);
+                self.sink.line(message);
                 true
             }
         }
@@ -85,7 +174,7 @@ impl PeerLog {
         if count > 0 {
             state.quiet_until = Some(Instant::now() + PEER_LOG_INTERVAL);
             drop(state);
-            log(format_args!(
+            self.sink.line(format_args!(
                 "{} {} (such lines are limited to one every {:?})",
                 count, self.held_back, PEER_LOG_INTERVAL
             ));

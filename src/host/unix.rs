@@ -121,8 +121,8 @@ use std::future::Future;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::OwnedFd;
 use std::os::unix::io::AsFd;
+use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,7 +134,7 @@ use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
 use super::accept::Accepted;
-use super::lock;
+use super::{lock, LogSink};
 use crate::dir_trust;
 use crate::endpoint::peer_uid;
 use crate::endpoint::MAX_PATH_BYTES;
@@ -197,7 +197,7 @@ pub(super) struct SocketFile {
 type DevNo = rustix::fs::Dev;
 type InoNo = u64;
 
-pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
+pub(super) fn bind(path: &Path, log: &LogSink) -> io::Result<(Acceptor, SocketFile)> {
     let name = match path.file_name() {
         Some(name) => name.to_os_string(),
         None => {
@@ -235,7 +235,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
     // Everything below happens in this directory, held: the file is
     // published, replaced and removed here whatever the path names later.
     let dir = dir_trust::open_directory(CWD, parent.as_os_str(), true)?;
-    warn_if_shared(&dir, parent);
+    warn_if_shared(&dir, parent, log);
     let private = PrivateDir::create(&dir, parent)?;
     between(Step::Created, &private.path);
     let listener = match std::os::unix::net::UnixListener::bind(private.socket()) {
@@ -266,7 +266,7 @@ pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
         AtFlags::empty(),
     )?;
     between(Step::Narrowed, &private.path);
-    publish(&private, &dir, &name, path)?;
+    publish(&private, &dir, &name, path, log)?;
     drop(private);
 
     let file = SocketFile {
@@ -326,13 +326,13 @@ fn between(step: Step, private: &Path) {
 /// put one of theirs in its place: the endpoint's directory (held in `dir`,
 /// shown as `parent`) is theirs, or they can write it without the sticky
 /// bit (the rule in `crate::dir_trust`).
-fn warn_if_shared(dir: &File, parent: &Path) {
+fn warn_if_shared(dir: &File, parent: &Path, log: &LogSink) {
     let risk = dir
         .metadata()
         .ok()
         .and_then(|metadata| dir_trust::Dir::of(&metadata).risk());
     if let Some(why) = risk {
-        super::log(format_args!(
+        log.line(format_args!(
             "the endpoint's directory '{}' {}: another user could rename the socket away \
              or put their own in its place; keep it in a directory only you can write, \
              such as $XDG_RUNTIME_DIR",
@@ -345,7 +345,13 @@ fn warn_if_shared(dir: &File, parent: &Path) {
 /// Gives the socket in `private` the name `name` in `dir` (the endpoint
 /// `path`, for messages), replacing a stale socket of ours there but never
 /// a live one, another user's, or a file that is not a socket.
-fn publish(private: &PrivateDir<'_>, dir: &File, name: &OsStr, path: &Path) -> io::Result<()> {
+fn publish(
+    private: &PrivateDir<'_>,
+    dir: &File,
+    name: &OsStr,
+    path: &Path,
+    log: &LogSink,
+) -> io::Result<()> {
     for _ in 0..BIND_ATTEMPTS {
         let socket = OsStr::new(PRIVATE_SOCKET);
         match rustix::fs::linkat(
@@ -398,7 +404,7 @@ fn publish(private: &PrivateDir<'_>, dir: &File, name: &OsStr, path: &Path) -> i
         match rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(now) if now.st_dev == existing.st_dev && now.st_ino == existing.st_ino => {
                 match rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty()) {
-                    Ok(()) => super::log(format_args!(
+                    Ok(()) => log.line(format_args!(
                         "removed a stale socket at '{}' (nothing was listening)",
                         path.display()
                     )),
@@ -754,7 +760,7 @@ mod tests {
                 }))
             });
             let endpoint = shared.join("app.sock");
-            let bound = bind(&endpoint);
+            let bound = bind(&endpoint, &LogSink::stderr());
             BETWEEN_STEPS.with(|hook| *hook.borrow_mut() = None);
 
             let case = format!("swapped after {:?}", step);

@@ -147,7 +147,8 @@ pub(super) struct Acceptor(PipeListener);
 #[derive(Debug)]
 pub(super) struct SocketFile;
 
-pub(super) fn bind(path: &Path) -> io::Result<(Acceptor, SocketFile)> {
+/// (Nothing to log while binding a pipe: there is no stale file to replace.)
+pub(super) fn bind(path: &Path, _log: &super::LogSink) -> io::Result<(Acceptor, SocketFile)> {
     Ok((Acceptor(PipeListener::bind(path)?), SocketFile))
 }
 
