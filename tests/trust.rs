@@ -120,7 +120,9 @@ fn a_server_run_by_another_user_gets_nothing() {
     assert_eq!(reply["id"], 1);
     assert_eq!(reply["error"]["code"], -32000);
     let told = reply["error"]["message"].as_str().unwrap();
-    assert!(expected.ends_with(told), "{}", told);
+    let said = expected.trim_start_matches("mcp-bridge: ");
+    assert!(told.starts_with(said), "{}", told);
+    assert_eq!(reply["error"]["data"]["reason"], "untrusted_server");
     assert_eq!(
         setup.received(),
         "",

@@ -57,14 +57,26 @@ use crate::wait;
 enum Phase<AR, AW> {
     /// Reaching the app the first time, within `--connect-timeout`.
     Connecting,
-    /// Relaying to an instance; the outage it is to end, if any.
-    Online(Connected<AR, AW>, Option<Outage>),
+    /// Relaying to an instance, and where the session came from.
+    Online(Connected<AR, AW>, Origin),
     /// The app hung up: waiting for an instance to take the session back.
     Resuming(Outage),
     /// No app: answering for it, and looking for it.
     Absent(Absence),
     /// The client ended the session.
     Done(Ending),
+}
+
+/// Where the session was when it reached an instance: what becomes of it
+/// if the instance does not take the session back.
+enum Origin {
+    /// The first contact.
+    Connecting,
+    /// An outage, which the instance is to end.
+    Outage(Outage),
+    /// No app: it has a few seconds to take the session, and the session is
+    /// absent again if it does not.
+    Absent(Absence),
 }
 
 /// Why there is no app, and what requests are answered with meanwhile.
@@ -74,6 +86,10 @@ struct Absence {
     error: BridgeError,
     /// The app turned the client away: looked for again less often.
     refused: bool,
+    /// Said on stderr already.
+    said: bool,
+    /// An instance was reached since (said once too).
+    reached: bool,
 }
 
 /// The outcome of running something while holding the client's lines.
@@ -176,7 +192,7 @@ where
         loop {
             phase = match phase {
                 Phase::Connecting => self.connecting().await?,
-                Phase::Online(connected, outage) => self.online(connected, outage).await?,
+                Phase::Online(connected, origin) => self.online(connected, origin).await?,
                 Phase::Resuming(outage) => self.resuming(outage).await?,
                 Phase::Absent(absence) => self.absent(absence).await?,
                 Phase::Done(ending) => return Ok(ending),
@@ -202,7 +218,9 @@ where
             );
             match self.io.hold(attempt).await? {
                 Held::Eof => return self.io.end_on_eof().await,
-                Held::Done(Ok(connected)) => return Ok(Phase::Online(connected, None)),
+                Held::Done(Ok(connected)) => {
+                    return Ok(Phase::Online(connected, Origin::Connecting))
+                }
                 Held::Done(Err(e)) if heals(&e) => {
                     self.io.ledger.borrow_mut().app_absent = true;
                     last = Some(e);
@@ -227,21 +245,24 @@ where
     async fn online(
         &mut self,
         connected: Connected<C::Reader, C::Writer>,
-        outage: Option<Outage>,
+        origin: Origin,
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         let Connected {
             reader,
             writer,
             instance,
         } = connected;
-        let resumed = outage.is_some() || self.reached || self.io.ledger.borrow().has_session();
+        let resumed = !matches!(origin, Origin::Connecting)
+            || self.reached
+            || self.io.ledger.borrow().has_session();
         self.reached = true;
         // There is an app: the cache answers for it no longer.
         self.io.ledger.borrow_mut().app_absent = false;
         let (preamble, taking_back) = resume::start(&mut self.io.ledger.borrow_mut(), resumed);
-        let patience = match &outage {
-            Some(outage) => outage.patience(instance, &self.bounds),
-            None => Instant::now() + self.config.reconnect_timeout,
+        let patience = match &origin {
+            Origin::Outage(outage) => outage.patience(instance, &self.bounds),
+            Origin::Connecting => Instant::now() + self.config.reconnect_timeout,
+            Origin::Absent(_) => Instant::now() + self.bounds.reply_timeout,
         };
         self.io.client.go_online(&mut self.io.ledger.borrow_mut());
         let mut app = AppSide::default();
@@ -286,11 +307,26 @@ where
                 if let Some(log) = self.io.log {
                     log.event(format_args!("resume attempt failed: {}", why));
                 }
-                let mut outage = outage.unwrap_or_else(|| self.new_outage(instance));
-                outage.last_failure = Some(why);
-                Ok(Phase::Resuming(outage))
+                match origin {
+                    Origin::Absent(absence) => Ok(Phase::Absent(absence)),
+                    Origin::Outage(mut outage) => {
+                        outage.last_failure = Some(why);
+                        Ok(Phase::Resuming(outage))
+                    }
+                    Origin::Connecting => {
+                        let mut outage = self.new_outage(instance);
+                        outage.last_failure = Some(why);
+                        Ok(Phase::Resuming(outage))
+                    }
+                }
             }
-            End::HungUp => self.hung_up(instance, &app, started, outage).await,
+            End::HungUp => {
+                let outage = match origin {
+                    Origin::Outage(outage) => Some(outage),
+                    _ => None,
+                };
+                self.hung_up(instance, &app, started, outage).await
+            }
         }
     }
 
@@ -421,7 +457,9 @@ where
             );
             match self.io.hold(attempt).await? {
                 Held::Eof => return self.io.end_on_eof().await,
-                Held::Done(Ok(connected)) => return Ok(Phase::Online(connected, Some(outage))),
+                Held::Done(Ok(connected)) => {
+                    return Ok(Phase::Online(connected, Origin::Outage(outage)))
+                }
                 Held::Done(Err(e)) if heals(&e) => {
                     outage.last_failure = Some(crate::error_chain(&e))
                 }
@@ -445,14 +483,17 @@ where
                 .go_absent(Rc::clone(&absence.answer), &mut ledger);
         }
         self.io.write_owed().await?;
-        say(
-            self.io.log,
-            &format!(
-                "{}; answering requests with that until the app is back (mcp-bridge keeps looking \
-                 for it)",
-                crate::error_chain(&absence.error)
-            ),
-        );
+        if !absence.said {
+            absence.said = true;
+            say(
+                self.io.log,
+                &format!(
+                    "{}; answering requests with that until the app is back (mcp-bridge keeps \
+                     looking for it)",
+                    crate::error_chain(&absence.error)
+                ),
+            );
+        }
         let mut pause = self.bounds.look_interval;
         loop {
             let looked = async_io::Timer::after(pause);
@@ -473,14 +514,17 @@ where
             match self.io.hold(attempt).await? {
                 Held::Eof => return Err(absence.error),
                 Held::Done(Ok(connected)) => {
-                    say(
-                        self.io.log,
-                        &format!(
-                            "reached the app at '{}': the session goes on",
-                            self.config.endpoint.display()
-                        ),
-                    );
-                    return Ok(Phase::Online(connected, None));
+                    if !absence.reached {
+                        absence.reached = true;
+                        say(
+                            self.io.log,
+                            &format!(
+                                "reached the app at '{}': the session goes on",
+                                self.config.endpoint.display()
+                            ),
+                        );
+                    }
+                    return Ok(Phase::Online(connected, Origin::Absent(absence)));
                 }
                 Held::Done(Err(e)) if heals(&e) && !absence.refused => {}
                 Held::Done(Err(e)) => {
@@ -531,6 +575,8 @@ where
             answer: Rc::new(Answer::new(reason, message, &self.config.endpoint)),
             error,
             refused,
+            said: false,
+            reached: false,
         }
     }
 }
