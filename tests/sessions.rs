@@ -624,7 +624,7 @@ impl Host {
     }
 
     /// Waits for a host process to be gone (killed, or dead of its script).
-    async fn reaped(mut self) {
+    async fn reaped(&mut self) {
         if let Run::Process { child, .. } = &mut self.run {
             within("the host to die", child.status()).await.unwrap();
         }
@@ -650,12 +650,12 @@ fn scripted_host() {
             let dir = TempDir::new("scripted", 0o700);
             return smol::block_on(async {
                 let mut host = Host::spawn(&dir.socket(), Script::named("self-test")).await;
-                let (mut bridge, _stderr) = spawn_bridge(&dir.socket(), &[]);
-                let init = open(&mut bridge).await;
+                let mut client = Client::spawn(&dir.socket(), &[]);
+                let init = client.open().await;
                 assert_eq!(init["serverInfo"]["name"], "self-test");
                 host.got_method("notifications/initialized").await;
                 host.stop().await;
-                assert_eq!(bridge.finish().await, Some(0));
+                assert_eq!(client.finish().await, Some(0));
             });
         }
     };
@@ -741,83 +741,157 @@ impl Stderr {
     }
 }
 
-/// The bridge to `socket`, spawned as an MCP CLI would, with `extra`
-/// arguments, and its stderr as it comes.
-fn spawn_bridge(socket: &Path, extra: &[&str]) -> (Bridge, Stderr) {
-    let mut bridge = Bridge::spawn(
-        bridge_command(socket, "p", "r")
-            .args(extra)
-            .stderr(Stdio::piped()),
-    );
-    let stderr = bridge.child.stderr.take().unwrap();
-    let (lines, received) = smol::channel::unbounded();
-    let reading = smol::spawn(async move {
-        let mut stderr = BufReader::new(stderr).lines();
-        while let Some(Ok(line)) = stderr.next().await {
-            if lines.send(line).await.is_err() {
-                return;
+/// The documented `data.reason`s of the errors the bridge writes to the
+/// client (docs/bridge.md).
+const REASONS: &[&str] = &[
+    "app_not_running",
+    "app_restarting",
+    "app_refused",
+    "untrusted_server",
+    "crash_loop",
+    "resume_rejected",
+    "unreachable",
+    "hold_limit",
+    "stdin_closed",
+    "too_long_to_replay",
+];
+
+/// The bridge as the client sees it: spawned as an MCP CLI would, its
+/// stdout read message by message, its stderr as it comes.
+///
+/// The hosts here never write an error with code -32000, so every one the
+/// client gets is the bridge's, and [`Client::next`] checks each as issue
+/// 28 asks ("errors a program can read"): `data.source` is `mcp-bridge`,
+/// `data.reason` a documented one, `data.endpoint` the socket.
+struct Client {
+    bridge: Bridge,
+    stderr: Stderr,
+    socket: PathBuf,
+}
+
+impl Client {
+    /// The bridge to `socket`, with `extra` arguments.
+    fn spawn(socket: &Path, extra: &[&str]) -> Client {
+        let mut bridge = Bridge::spawn(
+            bridge_command(socket, "p", "r")
+                .args(extra)
+                .stderr(Stdio::piped()),
+        );
+        let stderr = bridge.child.stderr.take().unwrap();
+        let (lines, received) = smol::channel::unbounded();
+        let reading = smol::spawn(async move {
+            let mut stderr = BufReader::new(stderr).lines();
+            while let Some(Ok(line)) = stderr.next().await {
+                if lines.send(line).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Stderr {
+            lines: received,
+            seen: Vec::new(),
+            cursor: 0,
+            _reading: reading,
+        };
+        Client {
+            bridge,
+            stderr,
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.bridge.send(line).await
+    }
+
+    async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.bridge.send_bytes(bytes).await
+    }
+
+    /// The next message, the bridge's errors in it checked (see
+    /// [`Client`]).
+    async fn next(&mut self) -> Value {
+        let message = self.bridge.json().await;
+        let each = match message.as_array() {
+            Some(batch) => batch.iter().collect(),
+            None => vec![&message],
+        };
+        for response in each {
+            if response["error"]["code"] == -32000 {
+                let data = &response["error"]["data"];
+                assert_eq!(data["source"], "mcp-bridge", "{}", response);
+                let reason = data["reason"].as_str().unwrap_or("(none)");
+                assert!(REASONS.contains(&reason), "{}", response);
+                let endpoint = self.socket.to_string_lossy();
+                assert_eq!(data["endpoint"], endpoint.as_ref(), "{}", response);
             }
         }
-    });
-    let stderr = Stderr {
-        lines: received,
-        seen: Vec::new(),
-        cursor: 0,
-        _reading: reading,
-    };
-    (bridge, stderr)
-}
-
-/// Opens a legacy session: `initialize` (its result returned) and
-/// `notifications/initialized`.
-async fn open(bridge: &mut Bridge) -> Value {
-    bridge.send(INITIALIZE).await;
-    let (reply, _) = reply_to(bridge, &json!(1)).await;
-    assert!(reply.get("result").is_some(), "{}", reply);
-    bridge.send(INITIALIZED).await;
-    reply["result"].clone()
-}
-
-/// The client's next response to `id`, and the other messages that came
-/// before it.
-async fn reply_to(bridge: &mut Bridge, id: &Value) -> (Value, Vec<Value>) {
-    let mut before = Vec::new();
-    loop {
-        let message = bridge.json().await;
-        if message.get("method").is_none() && &message["id"] == id {
-            return (message, before);
-        }
-        before.push(message);
+        message
     }
-}
 
-/// The result of the call `id`, answered by the host `by`: fails the test
-/// on an error. Returns what came before it.
-async fn answered(bridge: &mut Bridge, id: u32, by: &str) -> Vec<Value> {
-    let (reply, before) = reply_to(bridge, &json!(id)).await;
-    assert_eq!(
-        reply["result"]["servedBy"], by,
-        "{} (after {:?})",
-        reply, before
-    );
-    before
-}
+    /// The next response to `id`, and the other messages that came before
+    /// it.
+    async fn reply(&mut self, id: &Value) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let message = self.next().await;
+            if answers(&message, id) {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
 
-/// Checks that `reply` is the bridge's own error with `reason`: code
-/// -32000, and `data` saying it is the bridge's, why, and which endpoint
-/// (issue 28, "errors a program can read"). Returns its message.
-fn bridge_error(reply: &Value, reason: &str, socket: &Path) -> String {
-    let error = &reply["error"];
-    assert_eq!(error["code"], -32000, "{}", reply);
-    assert_eq!(error["data"]["source"], "mcp-bridge", "{}", reply);
-    assert_eq!(error["data"]["reason"], reason, "{}", reply);
-    assert_eq!(
-        error["data"]["endpoint"],
-        socket.to_string_lossy().as_ref(),
-        "{}",
-        reply
-    );
-    error["message"].as_str().unwrap().to_string()
+    /// The result of the call `id`, answered by the host `by`: fails the
+    /// test on an error. Returns what came before it.
+    async fn answered(&mut self, id: u32, by: &str) -> Vec<Value> {
+        let (reply, before) = self.reply(&json!(id)).await;
+        assert_eq!(
+            reply["result"]["servedBy"],
+            by,
+            "{} (after {:?}); stderr: {}",
+            reply,
+            before,
+            self.stderr.text()
+        );
+        before
+    }
+
+    /// Opens a legacy session: `initialize` (its result returned) and
+    /// `notifications/initialized`.
+    async fn open(&mut self) -> Value {
+        self.send(INITIALIZE).await;
+        let (reply, _) = self.reply(&json!(1)).await;
+        assert!(reply.get("result").is_some(), "{}", reply);
+        self.send(INITIALIZED).await;
+        reply["result"].clone()
+    }
+
+    /// Checks that `reply` is the bridge's error with `reason` (its `data`
+    /// checked by [`Client::next`]); returns its message.
+    fn error(&mut self, reply: &Value, reason: &str) -> String {
+        let error = &reply["error"];
+        assert_eq!(error["code"], -32000, "{}", reply);
+        assert_eq!(
+            error["data"]["reason"],
+            reason,
+            "{}; stderr: {}",
+            reply,
+            self.stderr.text()
+        );
+        error["message"].as_str().unwrap().to_string()
+    }
+
+    /// Closes stdin; the exit code.
+    async fn finish(self) -> Option<i32> {
+        self.bridge.finish().await
+    }
+
+    /// Closes stdin and checks that the bridge exits 0.
+    async fn finish_well(mut self) {
+        let stderr = self.stderr.text();
+        assert_eq!(self.finish().await, Some(0), "{}", stderr);
+    }
 }
 
 /// Whether `message` is a response with `id` (a result or an error).
@@ -845,8 +919,8 @@ fn a_hot_reload_survives_every_restart_and_a_crash_loop_is_bounded() {
     let (_dir, socket) = setup("reload");
     smol::block_on(async {
         let mut host = Host::spawn(&socket, Script::named("app-0")).await;
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
         for round in 1..=ROUNDS {
             if round % 2 == 0 {
                 host.kill().await;
@@ -856,8 +930,8 @@ fn a_hot_reload_survives_every_restart_and_a_crash_loop_is_bounded() {
             let name = format!("app-{}", round);
             host = Host::spawn(&socket, Script::named(&name)).await;
             let id = 100 + round as u32;
-            bridge.send(&call(id, "reloaded")).await;
-            answered(&mut bridge, id, &name).await;
+            client.send(&call(id, "reloaded")).await;
+            client.answered(id, &name).await;
             eprintln!("reload: restart {} of {} survived", round, ROUNDS);
         }
         host.kill().await;
@@ -871,32 +945,34 @@ fn a_hot_reload_survives_every_restart_and_a_crash_loop_is_bounded() {
             },
         );
         let crashed = Instant::now();
-        stderr
+        client
+            .stderr
             .wait_for("crash-looping", Duration::from_secs(15))
             .await;
         let declared = crashed.elapsed();
+        eprintln!("reload: the crash loop was declared after {:?}", declared);
         assert!(declared < Duration::from_secs(10), "{:?}", declared);
-        bridge.send(&call(200, "crashing?")).await;
-        let (error, _) = reply_to(&mut bridge, &json!(200)).await;
-        bridge_error(&error, "crash_loop", &socket);
+        client.send(&call(200, "crashing?")).await;
+        let (error, _) = client.reply(&json!(200)).await;
+        client.error(&error, "crash_loop");
         crashing.stop().await;
         let mut healed = Host::start(&socket, Script::named("healed"));
         healed.got_method("initialize").await;
-        bridge.send(&call(201, "healed?")).await;
-        answered(&mut bridge, 201, "healed").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.send(&call(201, "healed?")).await;
+        client.answered(201, "healed").await;
+        client.finish_well().await;
         healed.stop().await;
     });
 }
 
 /// The first host of a restart test, called `name`: a session is opened
-/// through `bridge` and a call answered (so it served); then it stops (a
+/// through `client` and a call answered (so it served); then it stops (a
 /// process exits; in this process, its tasks end).
-async fn served_then_stopped(host: Host, bridge: &mut Bridge, name: &str) {
+async fn served_then_stopped(host: Host, client: &mut Client, name: &str) {
     let mut host = host;
-    open(bridge).await;
-    bridge.send(&call(2, "before")).await;
-    answered(bridge, 2, name).await;
+    client.open().await;
+    client.send(&call(2, "before")).await;
+    client.answered(2, name).await;
     host.got_method("tools/call").await;
     host.stop().await;
 }
@@ -909,18 +985,23 @@ fn a_new_instance_that_takes_six_seconds_to_answer_the_replay_is_waited_for() {
     let (_dir, socket) = setup("slow");
     smol::block_on(async {
         let first = Host::spawn(&socket, Script::named("first")).await;
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        served_then_stopped(first, &mut bridge, "first").await;
+        let mut client = Client::spawn(&socket, &[]);
+        served_then_stopped(first, &mut client, "first").await;
         let slow = Script {
             init_delay_ms: 6000,
             ..Script::named("slow")
         };
         let mut slow = Host::spawn(&socket, slow).await;
-        bridge.send(&call(3, "after")).await;
-        answered(&mut bridge, 3, "slow").await;
+        client.send(&call(3, "after")).await;
+        client.answered(3, "slow").await;
         let connections = slow.events_of("connected").len();
-        assert_eq!(connections, 1, "the replay was cut: {}", stderr.text());
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        assert_eq!(
+            connections,
+            1,
+            "the replay was cut: {}",
+            client.stderr.text()
+        );
+        client.finish_well().await;
         slow.stop().await;
     });
 }
@@ -933,18 +1014,18 @@ fn a_new_instance_still_loading_is_tried_again_until_it_takes_the_session() {
     let (_dir, socket) = setup("loading");
     smol::block_on(async {
         let first = Host::start(&socket, Script::named("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        served_then_stopped(first, &mut bridge, "first").await;
+        let mut client = Client::spawn(&socket, &[]);
+        served_then_stopped(first, &mut client, "first").await;
         let loading = Script {
             reject_init_ms: 1500,
             ..Script::named("loaded")
         };
         let mut loading = Host::start(&socket, loading);
-        bridge.send(&call(3, "after")).await;
-        answered(&mut bridge, 3, "loaded").await;
+        client.send(&call(3, "after")).await;
+        client.answered(3, "loaded").await;
         let connections = loading.events_of("connected").len();
         assert!(connections >= 2, "{} connection(s)", connections);
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         loading.stop().await;
     });
 }
@@ -963,8 +1044,8 @@ fn an_app_that_dies_on_the_first_request_and_comes_back_answers_it() {
                 ..Script::named("dying")
             };
             let mut dying = Host::spawn(&socket, dying).await;
-            let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-            bridge.send(INITIALIZE).await;
+            let mut client = Client::spawn(&socket, &[]);
+            client.send(INITIALIZE).await;
             dying
                 .until("the host to die", |e| e["event"] == "dying")
                 .await;
@@ -973,17 +1054,17 @@ fn an_app_that_dies_on_the_first_request_and_comes_back_answers_it() {
             // not a wait for anything.
             Timer::after(Duration::from_millis(300)).await;
             let mut back = Host::spawn(&socket, Script::named("back")).await;
-            let (reply, _) = reply_to(&mut bridge, &json!(1)).await;
+            let (reply, _) = client.reply(&json!(1)).await;
             assert_eq!(
                 reply["result"]["serverInfo"]["name"],
                 "back",
                 "{} {}",
                 reply,
-                stderr.text()
+                client.stderr.text()
             );
             let initialize = back.got_method("initialize").await;
             assert_eq!(initialize["id"], 1, "the client's own request");
-            assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+            client.finish_well().await;
             back.stop().await;
         });
         eprintln!("first death: round {} of {} passed", round + 1, ROUNDS);
@@ -992,34 +1073,42 @@ fn an_app_that_dies_on_the_first_request_and_comes_back_answers_it() {
 
 /// "Asks the client during the replay": a new app that sends `roots/list`
 /// on `initialized` and answers nothing else until the client replies
+/// (not even the replayed log level, which comes after `initialized`)
 /// does not deadlock with the bridge: the question reaches the client, its
 /// answer the app, and the session goes on.
 #[test]
 fn a_new_instance_asking_the_client_during_the_replay_is_answered() {
     let (_dir, socket) = setup("roots");
     let asking = |name: &str| Script {
+        capabilities: json!({"tools": {"listChanged": true}, "logging": {}}),
         roots_on_initialized: true,
         ..Script::named(name)
     };
     smol::block_on(async {
         let mut first = Host::start(&socket, asking("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
-        let roots = bridge.json().await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        let roots = client.next().await;
         assert_eq!(roots["method"], "roots/list", "{}", roots);
-        bridge
+        client
             .send(r#"{"jsonrpc":"2.0","id":0,"result":{"roots":[]}}"#)
             .await;
-        bridge.send(&call(2, "before")).await;
-        answered(&mut bridge, 2, "first").await;
+        client
+            .send(
+                r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}"#,
+            )
+            .await;
+        client.reply(&json!(2)).await;
+        client.send(&call(3, "before")).await;
+        client.answered(3, "first").await;
         first.got_method("tools/call").await;
         first.stop().await;
         let mut second = Host::start(&socket, asking("second"));
-        bridge.send(&call(3, "after")).await;
+        client.send(&call(4, "after")).await;
         let limit = Duration::from_secs(10);
         let roots = within_limit(limit, "roots/list from the new instance", async {
             loop {
-                let message = bridge.json().await;
+                let message = client.next().await;
                 if message["method"] == "roots/list" {
                     return message;
                 }
@@ -1027,22 +1116,17 @@ fn a_new_instance_asking_the_client_during_the_replay_is_answered() {
             }
         })
         .await;
-        bridge
+        client
             .send(
                 &json!({"jsonrpc": "2.0", "id": roots["id"], "result": {"roots": []}}).to_string(),
             )
             .await;
-        within_limit(
-            limit,
-            "the call's answer",
-            answered(&mut bridge, 3, "second"),
-        )
-        .await;
+        within_limit(limit, "the call's answer", client.answered(4, "second")).await;
         let reply = second
             .got("the client's answer", |l| l.get("method").is_none())
             .await;
         assert_eq!(reply["result"]["roots"], json!([]));
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         second.stop().await;
     });
 }
@@ -1066,36 +1150,37 @@ fn a_thousand_subscriptions_are_replayed_at_once() {
     };
     smol::block_on(async {
         let first = Host::start(&socket, subscribing("first", 0));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
         let mut subscribes = String::new();
         for n in 0..SUBSCRIPTIONS {
             let line = json!({"jsonrpc": "2.0", "id": 1000 + n, "method": "resources/subscribe", "params": {"uri": format!("file:///r/{}", n)}});
             subscribes.push_str(&format!("{}\n", line));
         }
-        bridge.send_bytes(subscribes.as_bytes()).await;
+        client.send_bytes(subscribes.as_bytes()).await;
         for n in 0..SUBSCRIPTIONS {
-            reply_to(&mut bridge, &json!(1000 + n)).await;
+            client.reply(&json!(1000 + n)).await;
         }
         first.stop().await;
         let mut second = Host::start(&socket, subscribing("second", 6));
-        bridge.send(&call(5, "after")).await;
+        client.send(&call(5, "after")).await;
         let last = second
             .until("the last subscription", |e| {
                 e["line"]["params"]["uri"] == format!("file:///r/{}", SUBSCRIPTIONS - 1)
             })
             .await;
         let early = last["answered"].as_u64().unwrap();
+        eprintln!("subscriptions: {} answered when the last came", early);
         assert!(early < 20, "{} answered before the last came", early);
-        let mut seen = answered(&mut bridge, 5, "second").await;
+        let mut seen = client.answered(5, "second").await;
         let all = SUBSCRIPTIONS as u64;
         second
             .until("every subscription answered", |e| {
                 e["event"] == "answered" && e["count"] == all
             })
             .await;
-        bridge.send(&call(6, "fence")).await;
-        seen.extend(answered(&mut bridge, 6, "second").await);
+        client.send(&call(6, "fence")).await;
+        seen.extend(client.answered(6, "second").await);
         let stray: Vec<&Value> = seen.iter().filter(|m| m.get("method").is_none()).collect();
         assert!(stray.is_empty(), "answers for nobody: {:?}", stray);
         let replayed = second
@@ -1104,7 +1189,7 @@ fn a_thousand_subscriptions_are_replayed_at_once() {
             .filter(|l| l["method"] == "resources/subscribe")
             .count();
         assert_eq!(replayed, SUBSCRIPTIONS as usize);
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         second.stop().await;
     });
 }
@@ -1122,12 +1207,12 @@ fn a_replayed_subscribe_the_new_instance_ignores_does_not_cost_the_session() {
             ..Script::named("first")
         };
         let first = Host::start(&socket, first);
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
-        bridge
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        client
             .send(r#"{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#)
             .await;
-        reply_to(&mut bridge, &json!(2)).await;
+        client.reply(&json!(2)).await;
         first.stop().await;
         let ignoring = Script {
             capabilities,
@@ -1135,12 +1220,12 @@ fn a_replayed_subscribe_the_new_instance_ignores_does_not_cost_the_session() {
             ..Script::named("ignoring")
         };
         let mut second = Host::start(&socket, ignoring);
-        bridge.send(&call(3, "after")).await;
-        answered(&mut bridge, 3, "ignoring").await;
+        client.send(&call(3, "after")).await;
+        client.answered(3, "ignoring").await;
         second.got_method("resources/subscribe").await;
-        bridge.send(&call(4, "still")).await;
-        answered(&mut bridge, 4, "ignoring").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.send(&call(4, "still")).await;
+        client.answered(4, "ignoring").await;
+        client.finish_well().await;
         second.stop().await;
     });
 }
@@ -1155,24 +1240,26 @@ fn a_request_sent_just_after_the_app_died_reaches_the_new_instance() {
     for round in 0..ROUNDS {
         smol::block_on(async {
             let mut first = Host::spawn(&socket, Script::named("first")).await;
-            let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-            open(&mut bridge).await;
-            bridge.send(&call(2, "before")).await;
-            answered(&mut bridge, 2, "first").await;
+            let mut client = Client::spawn(&socket, &[]);
+            client.open().await;
+            client.send(&call(2, "before")).await;
+            client.answered(2, "first").await;
             first.sigkill();
-            bridge.send(&call(3, "just after")).await;
+            client.send(&call(3, "just after")).await;
             first.reaped().await;
+            let got: Vec<Value> = first.lines().into_iter().filter(|l| l["id"] == 3).collect();
+            assert!(got.is_empty(), "the killed host read it: {:?}", got);
             let mut second = Host::spawn(&socket, Script::named("second")).await;
-            let (reply, _) = reply_to(&mut bridge, &json!(3)).await;
+            let (reply, _) = client.reply(&json!(3)).await;
             assert_eq!(
                 reply["result"]["servedBy"],
                 "second",
                 "round {}: {} {}",
                 round + 1,
                 reply,
-                stderr.text()
+                client.stderr.text()
             );
-            assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+            client.finish_well().await;
             second.got_method("tools/call").await;
             second.stop().await;
         });
@@ -1189,37 +1276,39 @@ fn the_reconnect_timeout_is_held_and_the_bridge_goes_on_looking() {
     let (_dir, socket) = setup("timeout");
     smol::block_on(async {
         let first = Host::start(&socket, Script::named("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--reconnect-timeout", "6"]);
-        served_then_stopped(first, &mut bridge, "first").await;
+        let mut client = Client::spawn(&socket, &["--reconnect-timeout", "6"]);
+        served_then_stopped(first, &mut client, "first").await;
         let hung_up = Instant::now();
-        bridge.send(&call(3, "held")).await;
-        let (error, _) = reply_to(&mut bridge, &json!(3)).await;
+        client.send(&call(3, "held")).await;
+        let (error, _) = client.reply(&json!(3)).await;
         let gave_up = hung_up.elapsed();
-        let message = bridge_error(&error, "app_not_running", &socket);
+        eprintln!("reconnect timeout: gave up {:?} after the hang-up", gave_up);
         assert!(
             gave_up >= Duration::from_millis(5500) && gave_up <= Duration::from_secs(7),
             "gave up after {:?}",
             gave_up
         );
+        let message = client.error(&error, "app_not_running");
         assert!(
             message.contains("6s") || message.contains("6 s"),
             "{}",
             message
         );
-        bridge.send(&call(4, "absent")).await;
+        client.send(&call(4, "absent")).await;
         let (error, _) = within_limit(Duration::from_secs(2), "an answer at once", async {
-            reply_to(&mut bridge, &json!(4)).await
+            client.reply(&json!(4)).await
         })
         .await;
-        bridge_error(&error, "app_not_running", &socket);
+        client.error(&error, "app_not_running");
         let mut back = Host::start(&socket, Script::named("back"));
-        stderr
+        client
+            .stderr
             .wait_for("reached the app", Duration::from_secs(5))
             .await;
-        bridge.send(&call(5, "back")).await;
-        answered(&mut bridge, 5, "back").await;
+        client.send(&call(5, "back")).await;
+        client.answered(5, "back").await;
         back.got_method("tools/call").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         back.stop().await;
     });
 }
@@ -1241,16 +1330,16 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                 ..Script::named("first")
             };
             let first = Host::start(&socket, first);
-            let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-            open(&mut bridge).await;
-            bridge
+            let mut client = Client::spawn(&socket, &[]);
+            client.open().await;
+            client
                 .send(r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}"#)
                 .await;
-            reply_to(&mut bridge, &json!(2)).await;
-            bridge
+            client.reply(&json!(2)).await;
+            client
                 .send(r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#)
                 .await;
-            reply_to(&mut bridge, &json!(3)).await;
+            client.reply(&json!(3)).await;
             first.stop().await;
             let changed = Script {
                 protocol: "2024-11-05".into(),
@@ -1258,10 +1347,10 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                 ..Script::named("changed")
             };
             let mut second = Host::start(&socket, changed);
-            bridge.send(&call(4, "after")).await;
-            let mut seen = answered(&mut bridge, 4, "changed").await;
-            bridge.send(&call(5, "fence")).await;
-            seen.extend(answered(&mut bridge, 5, "changed").await);
+            client.send(&call(4, "after")).await;
+            let mut seen = client.answered(4, "changed").await;
+            client.send(&call(5, "fence")).await;
+            seen.extend(client.answered(5, "changed").await);
             let warnings: Vec<String> = seen
                 .iter()
                 .filter(|m| m["method"] == "notifications/message")
@@ -1271,7 +1360,7 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                     m["params"]["data"].to_string()
                 })
                 .collect();
-            let stderr_text = stderr.text();
+            let stderr_text = client.stderr.text();
             for lost in ["2024-11-05", "resources", "prompts", "log"] {
                 assert!(
                     warnings.iter().any(|w| w.contains(lost)),
@@ -1294,7 +1383,7 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                 .filter(|m| m["method"] == "notifications/tools/list_changed")
                 .collect();
             assert_eq!(told.len(), usize::from(list_changed), "{:?}", seen);
-            assert_eq!(bridge.finish().await, Some(0), "{}", stderr_text);
+            client.finish_well().await;
             second.stop().await;
         });
     }
@@ -1310,13 +1399,13 @@ fn answers_nobody_asked_for_and_cancelled_requests_reach_nobody() {
     let (_dir, socket) = setup("stray");
     smol::block_on(async {
         let mut first = Host::start(&socket, Script::named("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
-        bridge.send(&call(5, "never")).await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        client.send(&call(5, "never")).await;
         first.got_method("tools/call").await;
         first.stop().await;
-        let (error, _) = reply_to(&mut bridge, &json!(5)).await;
-        bridge_error(&error, "app_restarting", &socket);
+        let (error, _) = client.reply(&json!(5)).await;
+        client.error(&error, "app_restarting");
         let strays = Script {
             on_initialized: vec![
                 json!({"jsonrpc": "2.0", "id": 99, "result": {"stray": true}}),
@@ -1325,27 +1414,27 @@ fn answers_nobody_asked_for_and_cancelled_requests_reach_nobody() {
             ..Script::named("strays")
         };
         let second = Host::start(&socket, strays);
-        bridge.send(&call(6, "after")).await;
-        let mut seen = answered(&mut bridge, 6, "strays").await;
+        client.send(&call(6, "after")).await;
+        let mut seen = client.answered(6, "strays").await;
         second.stop().await;
         // Held while no app is there, then cancelled.
-        bridge.send(&call(7, "never")).await;
-        bridge
+        client.send(&call(7, "never")).await;
+        client
             .send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#)
             .await;
         let mut third = Host::start(&socket, Script::named("third"));
-        bridge.send(&call(8, "third")).await;
-        seen.extend(answered(&mut bridge, 8, "third").await);
+        client.send(&call(8, "third")).await;
+        seen.extend(client.answered(8, "third").await);
         third.got_method("tools/call").await;
         third.stop().await;
         let fourth = Host::start(&socket, Script::named("fourth"));
-        bridge.send(&call(9, "fourth")).await;
-        seen.extend(answered(&mut bridge, 9, "fourth").await);
+        client.send(&call(9, "fourth")).await;
+        seen.extend(client.answered(9, "fourth").await);
         for id in [json!(99), json!(5), json!(7)] {
             let wrong: Vec<&Value> = seen.iter().filter(|m| answers(m, &id)).collect();
             assert!(wrong.is_empty(), "answers to {}: {:?}", id, wrong);
         }
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         fourth.stop().await;
     });
 }
@@ -1358,28 +1447,28 @@ fn elicit(message: &str) -> Value {
 
 /// A session whose app asked the client "Create file?" (id 0) and then
 /// restarted with the question open: the client was told it is cancelled.
-/// Returns the bridge and the host that asked, stopped.
-async fn asked_then_restarted(socket: &Path) -> (Bridge, Stderr) {
+/// Returns the client; the host that asked is stopped.
+async fn asked_then_restarted(socket: &Path) -> Client {
     let mut first = Host::start(socket, Script::named("first"));
-    let (mut bridge, stderr) = spawn_bridge(socket, &[]);
-    open(&mut bridge).await;
+    let mut client = Client::spawn(socket, &[]);
+    client.open().await;
     first.got_method("notifications/initialized").await;
     first.send(elicit("Create file?")).await;
-    let question = bridge.json().await;
+    let question = client.next().await;
     assert_eq!(
         question["params"]["message"], "Create file?",
         "{}",
         question
     );
     first.stop().await;
-    let cancelled = bridge.json().await;
+    let cancelled = client.next().await;
     assert_eq!(
         cancelled["method"], "notifications/cancelled",
         "{}",
         cancelled
     );
     assert_eq!(cancelled["params"]["requestId"], 0, "{}", cancelled);
-    (bridge, stderr)
+    client
 }
 
 /// One round of "a reply delivered to the wrong question": the new app
@@ -1388,7 +1477,7 @@ async fn asked_then_restarted(socket: &Path) -> (Bridge, Stderr) {
 /// nobody, and the client never sees the new question under the stale id.
 async fn a_late_accept_answers_nothing(late: &str) {
     let (_dir, socket) = setup("wrongq");
-    let (mut bridge, mut stderr) = asked_then_restarted(&socket).await;
+    let mut client = asked_then_restarted(&socket).await;
     let asking = Script {
         on_initialized: vec![elicit("Delete repository?")],
         ..Script::named("second")
@@ -1399,10 +1488,10 @@ async fn a_late_accept_answers_nothing(late: &str) {
             l.get("method").is_none() && l["id"] == 0
         })
         .await;
-    bridge_error(&refused, "id_in_use", &socket);
-    bridge.send(late).await;
-    bridge.send(&call(3, "fence")).await;
-    let seen = answered(&mut bridge, 3, "second").await;
+    client.error(&refused, "id_in_use");
+    client.send(late).await;
+    client.send(&call(3, "fence")).await;
+    let seen = client.answered(3, "second").await;
     second.got_method("tools/call").await;
     for message in &seen {
         assert!(
@@ -1427,7 +1516,7 @@ async fn a_late_accept_answers_nothing(late: &str) {
         "the late accept reached the new app: {:?}",
         accepted
     );
-    assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+    client.finish_well().await;
     second.stop().await;
 }
 
@@ -1459,29 +1548,29 @@ fn a_line_cut_by_the_restart_goes_whole_to_the_new_instance_with_an_id_stale() {
     let (_dir, socket) = setup("cutline");
     smol::block_on(async {
         let mut first = Host::start(&socket, Script::named("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        open(&mut bridge).await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
         first.got_method("notifications/initialized").await;
         first.send(elicit("Create file?")).await;
-        let question = bridge.json().await;
+        let question = client.next().await;
         assert_eq!(question["method"], "elicitation/create", "{}", question);
         let line = call(20, "cut");
         let (head, tail) = line.split_at(line.len() / 2);
-        bridge.send_bytes(head.as_bytes()).await;
+        client.send_bytes(head.as_bytes()).await;
         first
             .until("the head of the line", |e| e["event"] == "partial")
             .await;
         first.stop().await;
-        let cancelled = bridge.json().await;
+        let cancelled = client.next().await;
         assert_eq!(
             cancelled["method"], "notifications/cancelled",
             "{}",
             cancelled
         );
-        bridge.send(tail).await;
+        client.send(tail).await;
         let mut second = Host::start(&socket, Script::named("second"));
         let (reply, _) = within_limit(Duration::from_secs(10), "an answer to 20", async {
-            reply_to(&mut bridge, &json!(20)).await
+            client.reply(&json!(20)).await
         })
         .await;
         assert_eq!(reply["result"]["content"][0]["text"], "cut", "{}", reply);
@@ -1489,7 +1578,7 @@ fn a_line_cut_by_the_restart_goes_whole_to_the_new_instance_with_an_id_stale() {
         let whole = second.got_method("tools/call").await;
         assert_eq!(whole, serde_json::from_str::<Value>(&line).unwrap());
         assert!(second.events_of("junk").is_empty(), "{:?}", second.seen);
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         second.stop().await;
     });
 }
@@ -1519,38 +1608,44 @@ fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
         let app = modern_app("earlier");
         let discovered = app.discovered();
         let earlier = Host::start(&socket, app);
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--cache-dir", &cache_arg]);
-        bridge
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
+        client
             .send(&modern(json!(1), "server/discover", json!({})))
             .await;
-        let (reply, _) = reply_to(&mut bridge, &json!(1)).await;
+        let (reply, _) = client.reply(&json!(1)).await;
         assert_eq!(reply["result"], discovered, "{}", reply);
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         earlier.stop().await;
 
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--cache-dir", &cache_arg]);
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
         let started = Instant::now();
-        bridge
+        client
             .send(&modern(json!(1), "server/discover", json!({})))
             .await;
-        let (reply, _) = reply_to(&mut bridge, &json!(1)).await;
-        assert_eq!(reply["result"], discovered, "{} {}", reply, stderr.text());
+        let (reply, _) = client.reply(&json!(1)).await;
+        assert_eq!(
+            reply["result"],
+            discovered,
+            "{} {}",
+            reply,
+            client.stderr.text()
+        );
         Timer::at(started + Duration::from_secs(8)).await;
         let mut app = Host::start(&socket, modern_app("later"));
         Timer::at(started + Duration::from_secs(9)).await;
-        bridge
+        client
             .send(&modern(json!(2), "tools/list", json!({})))
             .await;
-        let (reply, _) = reply_to(&mut bridge, &json!(2)).await;
+        let (reply, _) = client.reply(&json!(2)).await;
         assert_eq!(
             reply["result"]["servedBy"],
             "later",
             "{} {}",
             reply,
-            stderr.text()
+            client.stderr.text()
         );
         app.got_method("tools/list").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         app.stop().await;
     });
 }
@@ -1562,32 +1657,33 @@ fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
 fn without_a_cache_discover_gets_the_reason_in_time_and_the_bridge_keeps_looking() {
     let (_dir, socket) = setup("nocache");
     smol::block_on(async {
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--connect-timeout", "2"]);
+        let mut client = Client::spawn(&socket, &["--connect-timeout", "2"]);
         let asked = Instant::now();
-        bridge
+        client
             .send(&modern(json!(1), "server/discover", json!({})))
             .await;
-        let (error, _) = reply_to(&mut bridge, &json!(1)).await;
+        let (error, _) = client.reply(&json!(1)).await;
         let told = asked.elapsed();
-        bridge_error(&error, "app_not_running", &socket);
         assert!(told <= Duration::from_secs(3), "{:?}", told);
+        client.error(&error, "app_not_running");
         let mut app = Host::start(&socket, modern_app("later"));
-        stderr
+        client
+            .stderr
             .wait_for("reached the app", Duration::from_secs(5))
             .await;
-        bridge
+        client
             .send(&modern(json!(2), "tools/list", json!({})))
             .await;
-        let (reply, _) = reply_to(&mut bridge, &json!(2)).await;
+        let (reply, _) = client.reply(&json!(2)).await;
         assert_eq!(
             reply["result"]["servedBy"],
             "later",
             "{} {}",
             reply,
-            stderr.text()
+            client.stderr.text()
         );
         app.got_method("tools/list").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         app.stop().await;
     });
 }
@@ -1603,53 +1699,53 @@ fn an_open_listen_is_sent_again_and_each_subscribed_list_is_told_changed() {
     let listen_id = json!("listen-1");
     smol::block_on(async {
         let mut first = Host::start(&socket, modern_app("first"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
-        bridge
+        let mut client = Client::spawn(&socket, &[]);
+        client
             .send(&modern(json!(0), "server/discover", json!({})))
             .await;
-        reply_to(&mut bridge, &json!(0)).await;
+        client.reply(&json!(0)).await;
         let filter = json!({"toolsListChanged": true, "promptsListChanged": true});
         let listen = modern(
             listen_id.clone(),
             "subscriptions/listen",
             json!({"notifications": filter}),
         );
-        bridge.send(&listen).await;
-        let ack = bridge.json().await;
+        client.send(&listen).await;
+        let ack = client.next().await;
         assert_eq!(
             ack["method"], "notifications/subscriptions/acknowledged",
             "{}",
             ack
         );
-        bridge
+        client
             .send(&modern(
                 json!(2),
                 "tools/call",
                 json!({"name": "echo", "arguments": {"text": "before"}}),
             ))
             .await;
-        answered(&mut bridge, 2, "first").await;
+        client.answered(2, "first").await;
         first.got_method("tools/call").await;
         first.stop().await;
         let mut second = Host::start(&socket, modern_app("second"));
         let again = second.got_method("subscriptions/listen").await;
         assert_eq!(again["id"], listen_id);
-        bridge
+        client
             .send(&modern(
                 json!(3),
                 "tools/call",
                 json!({"name": "echo", "arguments": {"text": "after"}}),
             ))
             .await;
-        let mut seen = answered(&mut bridge, 3, "second").await;
-        bridge
+        let mut seen = client.answered(3, "second").await;
+        client
             .send(&modern(
                 json!(4),
                 "tools/call",
                 json!({"name": "echo", "arguments": {"text": "fence"}}),
             ))
             .await;
-        seen.extend(answered(&mut bridge, 4, "second").await);
+        seen.extend(client.answered(4, "second").await);
         let mut changed = Vec::new();
         for message in &seen {
             let method = message["method"].as_str().unwrap_or("(a response)");
@@ -1672,7 +1768,7 @@ fn an_open_listen_is_sent_again_and_each_subscribed_list_is_told_changed() {
             .filter(|l| l["method"] == "initialize")
             .count();
         assert_eq!(initialize, 0, "an initialize replayed in a modern session");
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         second.stop().await;
     });
 }
@@ -1687,25 +1783,25 @@ fn a_hang_up_during_the_first_request_is_a_restart_not_a_refusal() {
     for round in 0..ROUNDS {
         smol::block_on(async {
             let mut first = Host::spawn(&socket, modern_app("first")).await;
-            let (mut bridge, mut stderr) = spawn_bridge(&socket, &[]);
+            let mut client = Client::spawn(&socket, &[]);
             let long = json!({"name": "echo", "arguments": {"text": "never"}});
-            bridge.send(&modern(json!(1), "tools/call", long)).await;
+            client.send(&modern(json!(1), "tools/call", long)).await;
             first.got_method("tools/call").await;
             first.kill().await;
-            let (error, _) = reply_to(&mut bridge, &json!(1)).await;
-            bridge_error(&error, "app_restarting", &socket);
+            let (error, _) = client.reply(&json!(1)).await;
+            client.error(&error, "app_restarting");
             let mut second = Host::spawn(&socket, modern_app("second")).await;
             let quick = json!({"name": "echo", "arguments": {"text": "next"}});
-            bridge.send(&modern(json!(2), "tools/call", quick)).await;
-            let (reply, _) = reply_to(&mut bridge, &json!(2)).await;
+            client.send(&modern(json!(2), "tools/call", quick)).await;
+            let (reply, _) = client.reply(&json!(2)).await;
             assert_eq!(
                 reply["result"]["servedBy"],
                 "second",
                 "{} {}",
                 reply,
-                stderr.text()
+                client.stderr.text()
             );
-            assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+            client.finish_well().await;
             second.got_method("tools/call").await;
             second.stop().await;
         });
@@ -1725,32 +1821,32 @@ fn a_client_before_the_app_is_answered_from_the_cache_and_told_when_it_comes() {
     let cache_arg = cache.to_string_lossy().into_owned();
     smol::block_on(async {
         let earlier = Host::start(&socket, Script::named("earlier"));
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--cache-dir", &cache_arg]);
-        let told = open(&mut bridge).await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
+        let told = client.open().await;
+        client.finish_well().await;
         earlier.stop().await;
 
         let args = ["--cache-dir", &cache_arg, "--connect-timeout", "1"];
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &args);
+        let mut client = Client::spawn(&socket, &args);
         let asked = Instant::now();
-        bridge.send(INITIALIZE).await;
-        let (reply, _) = reply_to(&mut bridge, &json!(1)).await;
+        client.send(INITIALIZE).await;
+        let (reply, _) = client.reply(&json!(1)).await;
         assert!(
             asked.elapsed() < Duration::from_secs(2),
             "{:?}",
             asked.elapsed()
         );
-        assert_eq!(reply["result"], told, "{} {}", reply, stderr.text());
-        bridge.send(INITIALIZED).await;
-        bridge
+        assert_eq!(reply["result"], told, "{} {}", reply, client.stderr.text());
+        client.send(INITIALIZED).await;
+        client
             .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
             .await;
-        let (error, _) = reply_to(&mut bridge, &json!(2)).await;
-        bridge_error(&error, "app_not_running", &socket);
+        let (error, _) = client.reply(&json!(2)).await;
+        client.error(&error, "app_not_running");
         let mut app = Host::start(&socket, Script::named("later"));
         let changed = within_limit(Duration::from_secs(10), "tools/list_changed", async {
             loop {
-                let message = bridge.json().await;
+                let message = client.next().await;
                 if message["method"] == "notifications/tools/list_changed" {
                     return message;
                 }
@@ -1758,15 +1854,15 @@ fn a_client_before_the_app_is_answered_from_the_cache_and_told_when_it_comes() {
         })
         .await;
         assert!(changed.get("params").is_none(), "{}", changed);
-        bridge
+        client
             .send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
             .await;
-        let (reply, _) = reply_to(&mut bridge, &json!(3)).await;
+        let (reply, _) = client.reply(&json!(3)).await;
         assert_eq!(reply["result"]["servedBy"], "later", "{}", reply);
         let replayed = app.got_method("initialize").await;
         assert_eq!(replayed["params"]["clientInfo"]["name"], "sessions");
         app.got_method("notifications/initialized").await;
-        assert_eq!(bridge.finish().await, Some(0), "{}", stderr.text());
+        client.finish_well().await;
         app.stop().await;
     });
 }
@@ -1778,18 +1874,21 @@ fn a_client_before_the_app_is_answered_from_the_cache_and_told_when_it_comes() {
 fn stderr_says_the_app_is_not_there_when_the_error_is_written() {
     let (_dir, socket) = setup("stderr");
     smol::block_on(async {
-        let (mut bridge, mut stderr) = spawn_bridge(&socket, &["--connect-timeout", "0.5"]);
-        bridge
+        let mut client = Client::spawn(&socket, &["--connect-timeout", "0.5"]);
+        client
             .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
             .await;
-        let (error, _) = reply_to(&mut bridge, &json!(1)).await;
-        bridge_error(&error, "app_not_running", &socket);
+        let (error, _) = client.reply(&json!(1)).await;
         let endpoint = socket.to_string_lossy().into_owned();
-        let line = stderr.wait_for(&endpoint, Duration::from_secs(5)).await;
+        let line = client
+            .stderr
+            .wait_for(&endpoint, Duration::from_secs(5))
+            .await;
         assert!(line.starts_with("mcp-bridge: "), "{}", line);
         assert!(line.contains("does not exist"), "{}", line);
+        client.error(&error, "app_not_running");
         // stdin is still open: the line came while the session went on.
-        assert!(bridge.stdin.is_some());
-        assert_eq!(bridge.finish().await, Some(1));
+        assert!(client.bridge.stdin.is_some());
+        assert_eq!(client.finish().await, Some(1));
     });
 }
