@@ -1320,6 +1320,36 @@ fn the_reconnect_timeout_is_held_and_the_bridge_goes_on_looking() {
     });
 }
 
+/// Absent means answered at once, though something listens at the
+/// endpoint: after the deadline, an app that accepts connections and
+/// never answers (frozen) does not make the bridge hold requests again
+/// while it looks.
+#[test]
+fn a_frozen_app_does_not_hold_requests_once_the_bridge_is_absent() {
+    let (_dir, socket) = setup("frozen");
+    smol::block_on(async {
+        let first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &["--reconnect-timeout", "2"]);
+        served_then_stopped(first, &mut client, "first").await;
+        let _frozen = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        client.send(&call(3, "held")).await;
+        let (error, _) = client.reply(&json!(3)).await;
+        client.error(&error, "app_not_running");
+        // The bridge looks again, and reaches the frozen app.
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_secs(5))
+            .await;
+        client.send(&call(4, "absent")).await;
+        let (error, _) = within_limit(Duration::from_secs(1), "an answer at once", async {
+            client.reply(&json!(4)).await
+        })
+        .await;
+        client.error(&error, "app_not_running");
+        assert_eq!(client.finish().await, Some(1));
+    });
+}
+
 /// "A changed app": the resumed instance speaks protocol 2024-11-05 (the
 /// client negotiated 2025-06-18) and has dropped resources, prompts and
 /// logging. The client is warned (`notifications/message`, the session had
