@@ -1635,7 +1635,8 @@ fn modern_app(name: &str) -> Script {
 /// "An app absent for more than 5 s", modern era, with a cache an earlier
 /// session filled: `server/discover` is answered from the cache (a result,
 /// never an error) while the app is away; a request at 9 s, with the app up
-/// since 8 s, is answered by the app.
+/// since 8 s, is answered by the app (the bridge having found it within
+/// about a second).
 #[test]
 fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
     let (dir, socket) = setup("discover");
@@ -1669,6 +1670,13 @@ fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
         );
         Timer::at(started + Duration::from_secs(8)).await;
         let mut app = Host::start(&socket, modern_app("later"));
+        // The bridge looks about once a second: it has found the app by 9 s
+        // or soon after. Waiting for it to say so keeps the request from
+        // racing its look.
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_millis(2500))
+            .await;
         Timer::at(started + Duration::from_secs(9)).await;
         client
             .send(&modern(json!(2), "tools/list", json!({})))
