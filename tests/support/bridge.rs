@@ -8,13 +8,14 @@ use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use futures_lite::StreamExt;
 use smol::process::{Child, ChildStdin, ChildStdout, Command};
 
-use super::{within, BIN};
+use super::{bin, within};
 
 /// The command for a bridge to `socket` as `project` and `requester`
 /// (`mcp-server --endpoint ... --project ... --requester ...`); the caller
-/// adds its own arguments and says where stderr goes.
+/// adds its own arguments and says where stderr goes. The binary is
+/// [`bin`]'s: the one cargo built, unless `MCP_BRIDGE_TEST_BIN` names another.
 pub fn bridge_command(socket: &Path, project: &str, requester: &str) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(bin());
     command
         .arg("mcp-server")
         .arg("--endpoint")

@@ -41,6 +41,16 @@ pub use serve::*;
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
+/// Names another bridge binary for [`bridge_command`] to run instead of
+/// [`BIN`] (an older build, to see which tests fail against it).
+pub const BIN_ENV: &str = "MCP_BRIDGE_TEST_BIN";
+
+/// The bridge binary [`bridge_command`] runs: [`BIN`], or the one
+/// [`BIN_ENV`] names.
+pub fn bin() -> std::path::PathBuf {
+    std::env::var_os(BIN_ENV).map_or_else(|| BIN.into(), Into::into)
+}
+
 /// How long a test waits for something that should happen before calling it
 /// hung. Only a guard against hanging the suite, never a measure of speed:
 /// generous, because a loaded 2-core CI machine can starve a freshly

@@ -1,0 +1,1902 @@
+//! The session engine's scenarios (issue 28) through the real binary: what
+//! real apps do to a session (hot reloads, slow and loading starts, deaths
+//! at the worst moment, questions asked during the replay, subscriptions
+//! by the thousand, changed apps, stray answers, reused ids), the modern
+//! era (`server/discover`, `subscriptions/listen`), and an app that is not
+//! there yet. Each test drives the bridge as an MCP CLI spawns it, against
+//! scriptable hosts on real Unix sockets: in this process ([`Host::start`])
+//! or, where a process must die, in one of their own ([`Host::spawn`]).
+//!
+//! `MCP_BRIDGE_TEST_BIN` points the tests at another bridge binary (see
+//! `support::bin`): each scenario here fails against the build from before
+//! the second session engine (only `scripted_host`, the hosts' own check,
+//! passes there).
+#![cfg(unix)]
+
+mod bridge_host;
+mod support;
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_io::Timer;
+use bridge_host::{Connection, Listener};
+use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use futures_lite::{future, StreamExt};
+use serde_json::{json, Value};
+use smol::channel::{Receiver, Sender};
+use smol::process::{Child, ChildStdin, Command};
+use smol::Task;
+use support::{bridge_command, within, within_limit, Bridge, TempDir};
+
+/// How many times in a row a test that races (a restart, a death) goes
+/// through it.
+const ROUNDS: usize = 20;
+
+/// The client's `initialize` (id 1) and `notifications/initialized`.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{},"elicitation":{}},"clientInfo":{"name":"sessions","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// The modern era's per-request context.
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// `tools/call` of `echo` with `text` under `id` (a host never answers the
+/// text `never`).
+fn call(id: u32, text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}).to_string()
+}
+
+/// A 2026-07-28 request: `params` with `_meta` added.
+fn modern(id: Value, method: &str, mut params: Value) -> String {
+    params["_meta"] = meta();
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+// ---------------------------------------------------------------------------
+// The scripted host
+
+/// How a scripted host behaves; a JSON object on its way to a host process
+/// (see [`Script::to_json`]).
+#[derive(Clone, Debug)]
+struct Script {
+    /// `serverInfo.name`, and `servedBy` in its answers to calls and lists:
+    /// who answered.
+    name: String,
+    /// The `protocolVersion` it answers `initialize` with.
+    protocol: String,
+    capabilities: Value,
+    /// How long it takes to answer `initialize`.
+    init_delay_ms: u64,
+    /// For this long after it started, it answers `initialize` with an
+    /// error ("still loading").
+    reject_init_ms: u64,
+    /// It dies on reading a line with this method (a host process exits;
+    /// in this process, the connection closes).
+    die_on: String,
+    /// On `notifications/initialized` it asks the client `roots/list`
+    /// (id 0) and answers nothing else until the client replies.
+    roots_on_initialized: bool,
+    /// It answers `resources/subscribe` one after the other, each this long
+    /// after the one before (reading on meanwhile); at once when 0.
+    subscribe_delay_ms: u64,
+    /// Methods it never answers.
+    ignore: Vec<String>,
+    /// Lines it sends when `notifications/initialized` comes.
+    on_initialized: Vec<Value>,
+}
+
+impl Script {
+    /// A well-behaved app called `name`: protocol 2025-06-18, tools with
+    /// `listChanged`.
+    fn named(name: &str) -> Script {
+        Script {
+            name: name.to_string(),
+            protocol: "2025-06-18".into(),
+            capabilities: json!({"tools": {"listChanged": true}}),
+            init_delay_ms: 0,
+            reject_init_ms: 0,
+            die_on: String::new(),
+            roots_on_initialized: false,
+            subscribe_delay_ms: 0,
+            ignore: Vec::new(),
+            on_initialized: Vec::new(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "protocol": self.protocol,
+            "capabilities": self.capabilities,
+            "init_delay_ms": self.init_delay_ms,
+            "reject_init_ms": self.reject_init_ms,
+            "die_on": self.die_on,
+            "roots_on_initialized": self.roots_on_initialized,
+            "subscribe_delay_ms": self.subscribe_delay_ms,
+            "ignore": self.ignore,
+            "on_initialized": self.on_initialized,
+        })
+    }
+
+    fn from_json(value: &Value) -> Script {
+        let text = |key: &str| value[key].as_str().unwrap().to_string();
+        let number = |key: &str| value[key].as_u64().unwrap();
+        Script {
+            name: text("name"),
+            protocol: text("protocol"),
+            capabilities: value["capabilities"].clone(),
+            init_delay_ms: number("init_delay_ms"),
+            reject_init_ms: number("reject_init_ms"),
+            die_on: text("die_on"),
+            roots_on_initialized: value["roots_on_initialized"].as_bool().unwrap(),
+            subscribe_delay_ms: number("subscribe_delay_ms"),
+            ignore: value["ignore"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m.as_str().unwrap().to_string())
+                .collect(),
+            on_initialized: value["on_initialized"].as_array().unwrap().clone(),
+        }
+    }
+
+    /// Its answer to `server/discover`.
+    fn discovered(&self) -> Value {
+        json!({"supportedVersions": ["2026-07-28"], "capabilities": self.capabilities, "serverInfo": {"name": self.name, "version": "1"}, "resultType": "complete"})
+    }
+}
+
+/// Where a host's events go: `{"event": "ready" | "connected" | "line" |
+/// "partial" | "junk" | "answered" | "dying" | "closed", "conn": n, ...}`.
+type Emit = Arc<dyn Fn(Value) + Send + Sync>;
+
+/// The lines the test gives a host to send, to its latest connection.
+type Latest = Arc<Mutex<Option<Sender<String>>>>;
+
+/// Accepts bridges at `listener` for as long as the returned task runs,
+/// serving each as `script` says (see [`Conn`]).
+fn serve(
+    listener: Listener,
+    script: Script,
+    emit: Emit,
+    latest: Latest,
+    connections: Arc<Mutex<Vec<Task<()>>>>,
+    exit_on_die: bool,
+) -> Task<()> {
+    let script = Arc::new(script);
+    let started = Instant::now();
+    smol::spawn(async move {
+        let mut number = 0;
+        while let Ok(connection) = listener.accept().await {
+            let (conn, outbox) = Conn::new(
+                number,
+                &connection,
+                script.clone(),
+                emit.clone(),
+                &latest,
+                started,
+                exit_on_die,
+            );
+            connections
+                .lock()
+                .unwrap()
+                .push(smol::spawn(conn.run(connection, outbox)));
+            number += 1;
+        }
+    })
+}
+
+/// One bridge's connection to a scripted host: every line it reads is an
+/// event (with how many subscriptions it had answered by then), and is
+/// answered as the script says, in order.
+struct Conn {
+    n: usize,
+    script: Arc<Script>,
+    emit: Emit,
+    out: Sender<String>,
+    started: Instant,
+    exit_on_die: bool,
+    /// Waiting for the client's answer to `roots/list`.
+    blocked: bool,
+    queue: VecDeque<Value>,
+    /// Subscriptions to answer, one after the other.
+    subscriber: Option<Sender<Value>>,
+    answered: Arc<AtomicUsize>,
+    tasks: Vec<Task<()>>,
+}
+
+impl Conn {
+    fn new(
+        n: usize,
+        connection: &Connection,
+        script: Arc<Script>,
+        emit: Emit,
+        latest: &Latest,
+        started: Instant,
+        exit_on_die: bool,
+    ) -> (Conn, Receiver<String>) {
+        let handshake = String::from_utf8(connection.handshake.to_line()).unwrap();
+        emit(json!({"event": "connected", "conn": n, "handshake": handshake}));
+        let (out, outbox) = smol::channel::unbounded::<String>();
+        *latest.lock().unwrap() = Some(out.clone());
+        let mut tasks = Vec::new();
+        let answered = Arc::new(AtomicUsize::new(0));
+        let subscriber = if script.subscribe_delay_ms > 0 {
+            let (ids, queued) = smol::channel::unbounded::<Value>();
+            let (out, answered, emit) = (out.clone(), answered.clone(), emit.clone());
+            let pause = Duration::from_millis(script.subscribe_delay_ms);
+            tasks.push(smol::spawn(async move {
+                while let Ok(id) = queued.recv().await {
+                    Timer::after(pause).await;
+                    let _ = out.try_send(result(&id, json!({})).to_string());
+                    let count = answered.fetch_add(1, Ordering::SeqCst) + 1;
+                    emit(json!({"event": "answered", "conn": n, "count": count}));
+                }
+            }));
+            Some(ids)
+        } else {
+            None
+        };
+        let conn = Conn {
+            n,
+            script,
+            emit,
+            out,
+            started,
+            exit_on_die,
+            blocked: false,
+            queue: VecDeque::new(),
+            subscriber,
+            answered,
+            tasks,
+        };
+        (conn, outbox)
+    }
+
+    /// Reads the connection to its end (or the host's death), writing
+    /// what `outbox` brings as it comes. One task holds the connection, so
+    /// that cancelling it closes the connection.
+    async fn run(mut self, connection: Connection, outbox: Receiver<String>) {
+        let (mut reader, mut writer) = (connection.reader, connection.writer);
+        let mut pending = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        'reading: loop {
+            let read = async { Ok(reader.read(&mut buf).await) };
+            let write = async { Err(outbox.recv().await) };
+            let n = match future::or(write, read).await {
+                Err(Ok(line)) => {
+                    let mut bytes = line.into_bytes();
+                    bytes.push(b'\n');
+                    if writer.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                Err(Err(_)) | Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(at) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=at).collect();
+                if !self.take(&line[..at]).await {
+                    break 'reading;
+                }
+            }
+            if !pending.is_empty() {
+                let text = String::from_utf8_lossy(&pending).into_owned();
+                (self.emit)(json!({"event": "partial", "conn": self.n, "text": text}));
+            }
+        }
+        (self.emit)(json!({"event": "closed", "conn": self.n}));
+        for task in self.tasks.drain(..) {
+            task.cancel().await;
+        }
+    }
+
+    /// One whole line: false when the host dies of it.
+    async fn take(&mut self, line: &[u8]) -> bool {
+        let message: Value = match serde_json::from_slice(line) {
+            Ok(message) => message,
+            Err(_) => {
+                let text = String::from_utf8_lossy(line).into_owned();
+                (self.emit)(json!({"event": "junk", "conn": self.n, "text": text}));
+                return true;
+            }
+        };
+        let answered = self.answered.load(Ordering::SeqCst);
+        (self.emit)(
+            json!({"event": "line", "conn": self.n, "line": message, "answered": answered}),
+        );
+        if self.blocked && message.get("method").is_none() && message["id"] == json!(0) {
+            self.blocked = false;
+        } else {
+            self.queue.push_back(message);
+        }
+        while !self.blocked {
+            match self.queue.pop_front() {
+                Some(message) => {
+                    if !self.act(message).await {
+                        return false;
+                    }
+                }
+                None => break,
+            }
+        }
+        true
+    }
+
+    fn send(&self, message: Value) {
+        let _ = self.out.try_send(message.to_string());
+    }
+
+    /// Does what the script says to one message: false when the host dies.
+    async fn act(&mut self, message: Value) -> bool {
+        let method = match message["method"].as_str() {
+            Some(method) => method.to_string(),
+            None => return true,
+        };
+        let script = self.script.clone();
+        if method == script.die_on {
+            (self.emit)(json!({"event": "dying", "conn": self.n}));
+            if self.exit_on_die {
+                std::process::exit(0);
+            }
+            return false;
+        }
+        if script.ignore.contains(&method) {
+            return true;
+        }
+        let id = message["id"].clone();
+        let served_by = &script.name;
+        match method.as_str() {
+            "initialize" => {
+                if self.started.elapsed() < Duration::from_millis(script.reject_init_ms) {
+                    self.send(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "still loading"}}));
+                    return true;
+                }
+                Timer::after(Duration::from_millis(script.init_delay_ms)).await;
+                self.send(json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": script.protocol,
+                    "capabilities": script.capabilities,
+                    "serverInfo": {"name": served_by, "version": "1"}}}));
+            }
+            "notifications/initialized" => {
+                for line in &script.on_initialized {
+                    self.send(line.clone());
+                }
+                if script.roots_on_initialized {
+                    self.send(json!({"jsonrpc": "2.0", "id": 0, "method": "roots/list"}));
+                    self.blocked = true;
+                }
+            }
+            "server/discover" => self.send(json!({"jsonrpc": "2.0", "id": id, "result": script.discovered()})),
+            "subscriptions/listen" => self.send(json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+                "_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                "notifications": message["params"]["notifications"]}})),
+            "resources/subscribe" if self.subscriber.is_some() => {
+                let _ = self.subscriber.as_ref().unwrap().try_send(id);
+            }
+            "tools/list" => self.send(result(
+                &id,
+                json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}], "servedBy": served_by}),
+            )),
+            "tools/call" => {
+                let text = &message["params"]["arguments"]["text"];
+                if text != "never" {
+                    self.send(result(
+                        &id,
+                        json!({"content": [{"type": "text", "text": text}], "servedBy": served_by}),
+                    ));
+                }
+            }
+            _ if message.get("id").is_some() => self.send(result(&id, json!({}))),
+            _ => {}
+        }
+        true
+    }
+}
+
+fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// Set (to the socket path) in a host process: see [`scripted_host`].
+const HOST_SOCKET: &str = "MCP_BRIDGE_SESSIONS_HOST";
+/// Set (to the script, JSON) in a host process.
+const HOST_SCRIPT: &str = "MCP_BRIDGE_SESSIONS_SCRIPT";
+/// What starts a host process's events on its stdout (the test harness
+/// writes its own text there too).
+const EVENT_MARK: &str = "sessions-host-event ";
+
+/// How a host runs.
+enum Run {
+    /// In this process: its tasks, cancelled to stop it.
+    Here {
+        accepting: Task<()>,
+        connections: Arc<Mutex<Vec<Task<()>>>>,
+        latest: Latest,
+    },
+    /// A process of its own (this test binary, as [`scripted_host`]).
+    Process {
+        child: Child,
+        stdin: Option<ChildStdin>,
+        _reading: Task<()>,
+    },
+}
+
+/// A scripted host (see [`Script`]), and what it reported so far.
+struct Host {
+    events: Receiver<Value>,
+    /// Every event so far, in order; [`Host::until`] looks from `cursor`.
+    seen: Vec<Value>,
+    cursor: usize,
+    run: Run,
+}
+
+impl Host {
+    /// A host in this process, listening at `socket` when this returns.
+    fn start(socket: &Path, script: Script) -> Host {
+        let listener = Listener::bind(socket).unwrap();
+        let (events, received) = smol::channel::unbounded();
+        let emit: Emit = Arc::new(move |event| {
+            let _ = events.try_send(event);
+        });
+        let latest = Latest::default();
+        let connections = Arc::default();
+        let accepting = serve(
+            listener,
+            script,
+            emit,
+            latest.clone(),
+            Arc::clone(&connections),
+            false,
+        );
+        Host {
+            events: received,
+            seen: Vec::new(),
+            cursor: 0,
+            run: Run::Here {
+                accepting,
+                connections,
+                latest,
+            },
+        }
+    }
+
+    /// A host process (this test binary, run as [`scripted_host`]),
+    /// listening at `socket` when this returns.
+    async fn spawn(socket: &Path, script: Script) -> Host {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "scripted_host",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(HOST_SOCKET, socket)
+            .env(HOST_SCRIPT, script.to_json().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (events, received) = smol::channel::unbounded();
+        let reading = smol::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next().await {
+                // The harness's "test scripted_host ... " may come first.
+                if let Some(at) = line.find(EVENT_MARK) {
+                    let event = &line[at + EVENT_MARK.len()..];
+                    let _ = events.send(serde_json::from_str(event).unwrap()).await;
+                }
+            }
+        });
+        let mut host = Host {
+            events: received,
+            seen: Vec::new(),
+            cursor: 0,
+            run: Run::Process {
+                stdin: child.stdin.take(),
+                child,
+                _reading: reading,
+            },
+        };
+        host.until("the host to listen", |e| e["event"] == "ready")
+            .await;
+        host
+    }
+
+    /// Takes in the events that came so far.
+    fn drain(&mut self) {
+        while let Ok(event) = self.events.try_recv() {
+            self.seen.push(event);
+        }
+    }
+
+    /// The next event after the last one found that `matches`, waiting for
+    /// it (and failing the test after [`HANG_GUARD`]).
+    async fn until(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            self.drain();
+            if let Some(at) = self.seen[self.cursor..].iter().position(&matches) {
+                self.cursor += at + 1;
+                return self.seen[self.cursor - 1].clone();
+            }
+            let event = within(what, self.events.recv()).await;
+            match event {
+                Ok(event) => self.seen.push(event),
+                Err(_) => panic!("the host ended before {}; it saw {:?}", what, self.seen),
+            }
+        }
+    }
+
+    /// The next line the host got that `matches`.
+    async fn got(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let event = self
+            .until(what, |e| e["event"] == "line" && matches(&e["line"]))
+            .await;
+        event["line"].clone()
+    }
+
+    /// The next line with `method` the host got.
+    async fn got_method(&mut self, method: &str) -> Value {
+        self.got(method, |line| line["method"] == method).await
+    }
+
+    /// Every line the host got so far.
+    fn lines(&mut self) -> Vec<Value> {
+        self.drain();
+        let lines = self.seen.iter().filter(|e| e["event"] == "line");
+        lines.map(|e| e["line"].clone()).collect()
+    }
+
+    /// Every event of `kind` so far.
+    fn events_of(&mut self, kind: &str) -> Vec<Value> {
+        self.drain();
+        self.seen
+            .iter()
+            .filter(|e| e["event"] == kind)
+            .cloned()
+            .collect()
+    }
+
+    /// Sends `message` to the host's latest connection.
+    async fn send(&mut self, message: Value) {
+        match &mut self.run {
+            Run::Here { latest, .. } => {
+                let latest = latest.lock().unwrap();
+                latest
+                    .as_ref()
+                    .expect("a connection")
+                    .try_send(message.to_string())
+                    .unwrap();
+            }
+            Run::Process { stdin, .. } => {
+                let stdin = stdin.as_mut().unwrap();
+                stdin
+                    .write_all(format!("{}\n", message).as_bytes())
+                    .await
+                    .unwrap();
+                stdin.flush().await.unwrap();
+            }
+        }
+    }
+
+    /// Stops the host as an app's exit does: its socket is gone and every
+    /// connection closed when this returns.
+    async fn stop(self) {
+        match self.run {
+            Run::Here {
+                accepting,
+                connections,
+                ..
+            } => {
+                accepting.cancel().await;
+                let open = std::mem::take(&mut *connections.lock().unwrap());
+                for connection in open {
+                    connection.cancel().await;
+                }
+            }
+            Run::Process {
+                mut child, stdin, ..
+            } => {
+                drop(stdin);
+                within("the host to exit", child.status()).await.unwrap();
+            }
+        }
+    }
+
+    /// SIGKILLs a host process, without waiting for it to die.
+    fn sigkill(&mut self) {
+        match &mut self.run {
+            Run::Process { child, .. } => child.kill().unwrap(),
+            Run::Here { .. } => panic!("only a host process can be killed"),
+        }
+    }
+
+    /// Waits for a host process to be gone (killed, or dead of its script).
+    async fn reaped(&mut self) {
+        if let Run::Process { child, .. } = &mut self.run {
+            within("the host to die", child.status()).await.unwrap();
+        }
+    }
+
+    /// SIGKILLs a host process and waits until it is gone.
+    async fn kill(mut self) {
+        self.sigkill();
+        self.reaped().await
+    }
+}
+
+/// Not a test of the bridge but the host process [`Host::spawn`] starts:
+/// with [`HOST_SOCKET`] set, it serves at that socket as [`HOST_SCRIPT`]
+/// says, writes its events on stdout, sends each line it reads on stdin to
+/// its latest connection, and exits when stdin ends. Run as a plain test, it
+/// checks that such a host answers a bridge and reports what it got.
+#[test]
+fn scripted_host() {
+    let socket = match std::env::var_os(HOST_SOCKET) {
+        Some(socket) => PathBuf::from(socket),
+        None => {
+            let dir = TempDir::new("scripted", 0o700);
+            return smol::block_on(async {
+                let mut host = Host::spawn(&dir.socket(), Script::named("self-test")).await;
+                let mut client = Client::spawn(&dir.socket(), &[]);
+                let init = client.open().await;
+                assert_eq!(init["serverInfo"]["name"], "self-test");
+                host.got_method("notifications/initialized").await;
+                host.stop().await;
+                assert_eq!(client.finish().await, Some(0));
+            });
+        }
+    };
+    let script: Value = serde_json::from_str(&std::env::var(HOST_SCRIPT).unwrap()).unwrap();
+    let script = Script::from_json(&script);
+    let emit: Emit = Arc::new(|event| {
+        let stdout = std::io::stdout();
+        let mut stdout = stdout.lock();
+        let _ = writeln!(stdout, "{}{}", EVENT_MARK, event);
+        let _ = stdout.flush();
+    });
+    smol::block_on(async {
+        let listener = Listener::bind(&socket).unwrap();
+        let latest = Latest::default();
+        let _accepting = serve(
+            listener,
+            script,
+            emit.clone(),
+            latest.clone(),
+            Arc::default(),
+            true,
+        );
+        emit(json!({"event": "ready"}));
+        let lines = smol::unblock(move || {
+            use std::io::BufRead;
+            for line in std::io::stdin().lock().lines() {
+                let line = line.unwrap();
+                if let Some(out) = latest.lock().unwrap().as_ref() {
+                    let _ = out.try_send(line);
+                }
+            }
+        });
+        lines.await;
+        std::process::exit(0);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The bridge's side
+
+/// The bridge's stderr, read as it comes.
+struct Stderr {
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    cursor: usize,
+    _reading: Task<()>,
+}
+
+impl Stderr {
+    /// The next line after the last one found that contains `needle`,
+    /// within `limit`.
+    async fn wait_for(&mut self, needle: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            while let Ok(line) = self.lines.try_recv() {
+                self.seen.push(line);
+            }
+            if let Some(at) = self.seen[self.cursor..]
+                .iter()
+                .position(|l| l.contains(needle))
+            {
+                self.cursor += at + 1;
+                return self.seen[self.cursor - 1].clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let what = format!(
+                "{:?} on the bridge's stderr (so far: {:?})",
+                needle, self.seen
+            );
+            match within_limit(left, &what, self.lines.recv()).await {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("stderr ended before {}", what),
+            }
+        }
+    }
+
+    /// All of stderr so far.
+    fn text(&mut self) -> String {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+/// The documented `data.reason`s of the errors the bridge writes to the
+/// client (docs/bridge.md).
+const REASONS: &[&str] = &[
+    "app_not_running",
+    "app_restarting",
+    "app_refused",
+    "untrusted_server",
+    "crash_loop",
+    "resume_rejected",
+    "unreachable",
+    "hold_limit",
+    "stdin_closed",
+    "too_long_to_replay",
+];
+
+/// The bridge as the client sees it: spawned as an MCP CLI would, its
+/// stdout read message by message, its stderr as it comes.
+///
+/// The hosts here never write an error with code -32000, so every one the
+/// client gets is the bridge's, and [`Client::next`] checks each as issue
+/// 28 asks ("errors a program can read"): `data.source` is `mcp-bridge`,
+/// `data.reason` a documented one, `data.endpoint` the socket.
+struct Client {
+    bridge: Bridge,
+    stderr: Stderr,
+    socket: PathBuf,
+}
+
+impl Client {
+    /// The bridge to `socket`, with `extra` arguments.
+    fn spawn(socket: &Path, extra: &[&str]) -> Client {
+        let mut bridge = Bridge::spawn(
+            bridge_command(socket, "p", "r")
+                .args(extra)
+                .stderr(Stdio::piped()),
+        );
+        let stderr = bridge.child.stderr.take().unwrap();
+        let (lines, received) = smol::channel::unbounded();
+        let reading = smol::spawn(async move {
+            let mut stderr = BufReader::new(stderr).lines();
+            while let Some(Ok(line)) = stderr.next().await {
+                if lines.send(line).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Stderr {
+            lines: received,
+            seen: Vec::new(),
+            cursor: 0,
+            _reading: reading,
+        };
+        Client {
+            bridge,
+            stderr,
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.bridge.send(line).await
+    }
+
+    async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.bridge.send_bytes(bytes).await
+    }
+
+    /// The next message, the bridge's errors in it checked (see
+    /// [`Client`]).
+    async fn next(&mut self) -> Value {
+        let message = self.bridge.json().await;
+        let each = match message.as_array() {
+            Some(batch) => batch.iter().collect(),
+            None => vec![&message],
+        };
+        for response in each {
+            if response["error"]["code"] == -32000 {
+                let data = &response["error"]["data"];
+                assert_eq!(data["source"], "mcp-bridge", "{}", response);
+                let reason = data["reason"].as_str().unwrap_or("(none)");
+                assert!(REASONS.contains(&reason), "{}", response);
+                let endpoint = self.socket.to_string_lossy();
+                assert_eq!(data["endpoint"], endpoint.as_ref(), "{}", response);
+            }
+        }
+        message
+    }
+
+    /// The next response to `id`, and the other messages that came before
+    /// it.
+    async fn reply(&mut self, id: &Value) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let message = self.next().await;
+            if answers(&message, id) {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
+
+    /// The result of the call `id`, answered by the host `by`: fails the
+    /// test on an error. Returns what came before it.
+    async fn answered(&mut self, id: u32, by: &str) -> Vec<Value> {
+        let (reply, before) = self.reply(&json!(id)).await;
+        assert_eq!(
+            reply["result"]["servedBy"],
+            by,
+            "{} (after {:?}); stderr: {}",
+            reply,
+            before,
+            self.stderr.text()
+        );
+        before
+    }
+
+    /// Calls `echo` with `text` under `id` and checks that the host `by`
+    /// answered it (see [`Client::answered`]).
+    async fn call(&mut self, id: u32, text: &str, by: &str) -> Vec<Value> {
+        self.send(&call(id, text)).await;
+        self.answered(id, by).await
+    }
+
+    /// Opens a legacy session: `initialize` (its result returned) and
+    /// `notifications/initialized`.
+    async fn open(&mut self) -> Value {
+        self.send(INITIALIZE).await;
+        let (reply, _) = self.reply(&json!(1)).await;
+        assert!(reply.get("result").is_some(), "{}", reply);
+        self.send(INITIALIZED).await;
+        reply["result"].clone()
+    }
+
+    /// Checks that `reply` is the bridge's error with `reason` (its `data`
+    /// checked by [`Client::next`]); returns its message.
+    fn error(&mut self, reply: &Value, reason: &str) -> String {
+        let error = &reply["error"];
+        assert_eq!(error["code"], -32000, "{}", reply);
+        assert_eq!(
+            error["data"]["reason"],
+            reason,
+            "{}; stderr: {}",
+            reply,
+            self.stderr.text()
+        );
+        error["message"].as_str().unwrap().to_string()
+    }
+
+    /// Closes stdin; the exit code.
+    async fn finish(self) -> Option<i32> {
+        self.bridge.finish().await
+    }
+
+    /// Closes stdin and checks that the bridge exits 0.
+    async fn finish_well(mut self) {
+        let stderr = self.stderr.text();
+        assert_eq!(self.finish().await, Some(0), "{}", stderr);
+    }
+}
+
+/// Whether `message` is a response with `id` (a result or an error).
+fn answers(message: &Value, id: &Value) -> bool {
+    message.get("method").is_none() && &message["id"] == id
+}
+
+fn setup(tag: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag, 0o700);
+    let socket = dir.socket();
+    (dir, socket)
+}
+
+// ---------------------------------------------------------------------------
+// Legacy era: what real apps do
+
+/// "Hot reload": an app restarted over and over, each instance answering
+/// a call before the next restart, keeps the session through every
+/// restart, every call answered with a result by the instance it reached.
+/// Instances that die before they serve are a crash loop, declared within
+/// seconds (`crash_loop`); and the bridge takes the session back when an
+/// instance finally serves.
+#[test]
+fn a_hot_reload_survives_every_restart_and_a_crash_loop_is_bounded() {
+    let (_dir, socket) = setup("reload");
+    smol::block_on(async {
+        let mut host = Host::spawn(&socket, Script::named("app-0")).await;
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        for round in 1..=ROUNDS {
+            if round % 2 == 0 {
+                host.kill().await;
+            } else {
+                host.stop().await;
+            }
+            let name = format!("app-{}", round);
+            host = Host::spawn(&socket, Script::named(&name)).await;
+            let id = 100 + round as u32;
+            client.call(id, "reloaded", &name).await;
+            eprintln!("reload: restart {} of {} survived", round, ROUNDS);
+        }
+        host.kill().await;
+        // Every instance dies once it is given the session, before it
+        // serves.
+        let crashing = Host::start(
+            &socket,
+            Script {
+                die_on: "notifications/initialized".into(),
+                ..Script::named("crashing")
+            },
+        );
+        let crashed = Instant::now();
+        client
+            .stderr
+            .wait_for("crash-looping", Duration::from_secs(15))
+            .await;
+        let declared = crashed.elapsed();
+        eprintln!("reload: the crash loop was declared after {:?}", declared);
+        assert!(declared < Duration::from_secs(10), "{:?}", declared);
+        client.send(&call(200, "crashing?")).await;
+        let (error, _) = client.reply(&json!(200)).await;
+        client.error(&error, "crash_loop");
+        crashing.stop().await;
+        let mut healed = Host::start(&socket, Script::named("healed"));
+        healed.got_method("initialize").await;
+        client.call(201, "healed?", "healed").await;
+        client.finish_well().await;
+        healed.stop().await;
+    });
+}
+
+/// The first host of a restart test, called `name`: a session is opened
+/// through `client` and a call answered (so it served); then it stops (a
+/// process exits; in this process, its tasks end).
+async fn served_then_stopped(host: Host, client: &mut Client, name: &str) {
+    let mut host = host;
+    client.open().await;
+    client.call(2, "before", name).await;
+    host.got_method("tools/call").await;
+    host.stop().await;
+}
+
+/// "Slow start": a new instance that needs 6 s to answer the replayed
+/// `initialize` is waited for (the rest of the default 30 s reconnect
+/// timeout), on one connection, and the session goes on.
+#[test]
+fn a_new_instance_that_takes_six_seconds_to_answer_the_replay_is_waited_for() {
+    let (_dir, socket) = setup("slow");
+    smol::block_on(async {
+        let first = Host::spawn(&socket, Script::named("first")).await;
+        let mut client = Client::spawn(&socket, &[]);
+        served_then_stopped(first, &mut client, "first").await;
+        let slow = Script {
+            init_delay_ms: 6000,
+            ..Script::named("slow")
+        };
+        let mut slow = Host::spawn(&socket, slow).await;
+        client.call(3, "after", "slow").await;
+        let connections = slow.events_of("connected").len();
+        assert_eq!(
+            connections,
+            1,
+            "the replay was cut: {}",
+            client.stderr.text()
+        );
+        client.finish_well().await;
+        slow.stop().await;
+    });
+}
+
+/// "Still loading": a new instance that answers the replayed `initialize`
+/// with an error for its first 1.5 s is tried again until it accepts, and
+/// the session goes on.
+#[test]
+fn a_new_instance_still_loading_is_tried_again_until_it_takes_the_session() {
+    let (_dir, socket) = setup("loading");
+    smol::block_on(async {
+        let first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &[]);
+        served_then_stopped(first, &mut client, "first").await;
+        let loading = Script {
+            reject_init_ms: 1500,
+            ..Script::named("loaded")
+        };
+        let mut loading = Host::start(&socket, loading);
+        client.call(3, "after", "loaded").await;
+        let connections = loading.events_of("connected").len();
+        assert!(connections >= 2, "{} connection(s)", connections);
+        client.finish_well().await;
+        loading.stop().await;
+    });
+}
+
+/// "Dies before the first reply": an app that dies right after reading the
+/// session's first request (`initialize`) and is back 0.3 s later is a
+/// restart, not a refusal: the new instance gets the client's `initialize`
+/// and answers it, and the client gets that answer. [`ROUNDS`] times.
+#[test]
+fn an_app_that_dies_on_the_first_request_and_comes_back_answers_it() {
+    let (_dir, socket) = setup("firstdeath");
+    for round in 0..ROUNDS {
+        smol::block_on(async {
+            let dying = Script {
+                die_on: "initialize".into(),
+                ..Script::named("dying")
+            };
+            let mut dying = Host::spawn(&socket, dying).await;
+            let mut client = Client::spawn(&socket, &[]);
+            client.send(INITIALIZE).await;
+            dying
+                .until("the host to die", |e| e["event"] == "dying")
+                .await;
+            dying.reaped().await;
+            // The app's own pause before it is back: part of the scenario,
+            // not a wait for anything.
+            Timer::after(Duration::from_millis(300)).await;
+            let mut back = Host::spawn(&socket, Script::named("back")).await;
+            let (reply, _) = client.reply(&json!(1)).await;
+            assert_eq!(
+                reply["result"]["serverInfo"]["name"],
+                "back",
+                "{} {}",
+                reply,
+                client.stderr.text()
+            );
+            let initialize = back.got_method("initialize").await;
+            assert_eq!(initialize["id"], 1, "the client's own request");
+            client.finish_well().await;
+            back.stop().await;
+        });
+        eprintln!("first death: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// "Asks the client during the replay": a new app that sends `roots/list`
+/// on `initialized` and answers nothing else until the client replies
+/// (not even the replayed log level, which comes after `initialized`)
+/// does not deadlock with the bridge: the question reaches the client, its
+/// answer the app, and the session goes on.
+#[test]
+fn a_new_instance_asking_the_client_during_the_replay_is_answered() {
+    let (_dir, socket) = setup("roots");
+    let asking = |name: &str| Script {
+        capabilities: json!({"tools": {"listChanged": true}, "logging": {}}),
+        roots_on_initialized: true,
+        ..Script::named(name)
+    };
+    smol::block_on(async {
+        let mut first = Host::start(&socket, asking("first"));
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        let roots = client.next().await;
+        assert_eq!(roots["method"], "roots/list", "{}", roots);
+        client
+            .send(r#"{"jsonrpc":"2.0","id":0,"result":{"roots":[]}}"#)
+            .await;
+        client
+            .send(
+                r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}"#,
+            )
+            .await;
+        client.reply(&json!(2)).await;
+        client.call(3, "before", "first").await;
+        first.got_method("tools/call").await;
+        first.stop().await;
+        let mut second = Host::start(&socket, asking("second"));
+        client.send(&call(4, "after")).await;
+        let limit = Duration::from_secs(10);
+        let roots = within_limit(limit, "roots/list from the new instance", async {
+            loop {
+                let message = client.next().await;
+                if message["method"] == "roots/list" {
+                    return message;
+                }
+                assert!(message.get("id").is_none(), "{}", message);
+            }
+        })
+        .await;
+        client
+            .send(
+                &json!({"jsonrpc": "2.0", "id": roots["id"], "result": {"roots": []}}).to_string(),
+            )
+            .await;
+        within_limit(limit, "the call's answer", client.answered(4, "second")).await;
+        let reply = second
+            .got("the client's answer", |l| l.get("method").is_none())
+            .await;
+        assert_eq!(reply["result"]["roots"], json!([]));
+        client.finish_well().await;
+        second.stop().await;
+    });
+}
+
+/// How many subscriptions [`a_thousand_subscriptions_are_replayed_at_once`]
+/// replays.
+const SUBSCRIPTIONS: u32 = 1000;
+
+/// "Many subscriptions": 1,000 `resources/subscribe` replayed to an app
+/// that answers each in 6 ms: the new instance gets all of them before it
+/// has answered the first few (they are pipelined, not one at a time), the
+/// session goes on meanwhile, and none of their answers reaches the
+/// client.
+#[test]
+fn a_thousand_subscriptions_are_replayed_at_once() {
+    let (_dir, socket) = setup("subs");
+    let subscribing = |name: &str, delay: u64| Script {
+        capabilities: json!({"tools": {"listChanged": true}, "resources": {"subscribe": true}}),
+        subscribe_delay_ms: delay,
+        ..Script::named(name)
+    };
+    smol::block_on(async {
+        let first = Host::start(&socket, subscribing("first", 0));
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        let mut subscribes = String::new();
+        for n in 0..SUBSCRIPTIONS {
+            let line = json!({"jsonrpc": "2.0", "id": 1000 + n, "method": "resources/subscribe", "params": {"uri": format!("file:///r/{}", n)}});
+            subscribes.push_str(&format!("{}\n", line));
+        }
+        client.send_bytes(subscribes.as_bytes()).await;
+        for n in 0..SUBSCRIPTIONS {
+            client.reply(&json!(1000 + n)).await;
+        }
+        first.stop().await;
+        let mut second = Host::start(&socket, subscribing("second", 6));
+        client.send(&call(5, "after")).await;
+        let last = second
+            .until("the last subscription", |e| {
+                e["line"]["params"]["uri"] == format!("file:///r/{}", SUBSCRIPTIONS - 1)
+            })
+            .await;
+        let early = last["answered"].as_u64().unwrap();
+        eprintln!("subscriptions: {} answered when the last came", early);
+        assert!(early < 20, "{} answered before the last came", early);
+        let mut seen = client.answered(5, "second").await;
+        let all = SUBSCRIPTIONS as u64;
+        second
+            .until("every subscription answered", |e| {
+                e["event"] == "answered" && e["count"] == all
+            })
+            .await;
+        seen.extend(client.call(6, "fence", "second").await);
+        let stray: Vec<&Value> = seen.iter().filter(|m| m.get("method").is_none()).collect();
+        assert!(stray.is_empty(), "answers for nobody: {:?}", stray);
+        let replayed = second
+            .lines()
+            .iter()
+            .filter(|l| l["method"] == "resources/subscribe")
+            .count();
+        assert_eq!(replayed, SUBSCRIPTIONS as usize);
+        client.finish_well().await;
+        second.stop().await;
+    });
+}
+
+/// "A subscribe the new instance ignores": a new instance that never
+/// answers the replayed `resources/subscribe` still takes the session,
+/// which goes on.
+#[test]
+fn a_replayed_subscribe_the_new_instance_ignores_does_not_cost_the_session() {
+    let (_dir, socket) = setup("ignored");
+    let capabilities = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true}});
+    smol::block_on(async {
+        let first = Script {
+            capabilities: capabilities.clone(),
+            ..Script::named("first")
+        };
+        let first = Host::start(&socket, first);
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        client
+            .send(r#"{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#)
+            .await;
+        client.reply(&json!(2)).await;
+        first.stop().await;
+        let ignoring = Script {
+            capabilities,
+            ignore: vec!["resources/subscribe".into()],
+            ..Script::named("ignoring")
+        };
+        let mut second = Host::start(&socket, ignoring);
+        client.call(3, "after", "ignoring").await;
+        second.got_method("resources/subscribe").await;
+        client.call(4, "still", "ignoring").await;
+        client.finish_well().await;
+        second.stop().await;
+    });
+}
+
+/// "A request sent just after the app died", that no app received: it
+/// reaches the new instance and gets its answer, not an error. The host is
+/// SIGKILLed and the request written right after the kill. [`ROUNDS`]
+/// times.
+#[test]
+fn a_request_sent_just_after_the_app_died_reaches_the_new_instance() {
+    let (_dir, socket) = setup("afterkill");
+    for round in 0..ROUNDS {
+        smol::block_on(async {
+            let mut first = Host::spawn(&socket, Script::named("first")).await;
+            let mut client = Client::spawn(&socket, &[]);
+            client.open().await;
+            client.call(2, "before", "first").await;
+            first.sigkill();
+            client.send(&call(3, "just after")).await;
+            first.reaped().await;
+            let got: Vec<Value> = first.lines().into_iter().filter(|l| l["id"] == 3).collect();
+            assert!(got.is_empty(), "the killed host read it: {:?}", got);
+            let mut second = Host::spawn(&socket, Script::named("second")).await;
+            client.answered(3, "second").await;
+            client.finish_well().await;
+            second.got_method("tools/call").await;
+            second.stop().await;
+        });
+        eprintln!("just after: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// `--reconnect-timeout 6`: the bridge gives up 6 s after the hang-up
+/// (within half a second; [5.5, 7] s on a loaded machine), though what
+/// listens meanwhile never answers, and says 6 s; then it is absent:
+/// requests are answered at once with `app_not_running`; and it goes
+/// online again when an app comes.
+#[test]
+fn the_reconnect_timeout_is_held_and_the_bridge_goes_on_looking() {
+    let (_dir, socket) = setup("timeout");
+    smol::block_on(async {
+        let first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &["--reconnect-timeout", "6"]);
+        served_then_stopped(first, &mut client, "first").await;
+        let hung_up = Instant::now();
+        // What comes back is frozen: it listens, and never accepts. An
+        // attempt that reaches it must not carry the bridge past the
+        // deadline.
+        let frozen = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        client.send(&call(3, "held")).await;
+        let (error, _) = client.reply(&json!(3)).await;
+        let gave_up = hung_up.elapsed();
+        drop(frozen);
+        std::fs::remove_file(&socket).unwrap();
+        eprintln!("reconnect timeout: gave up {:?} after the hang-up", gave_up);
+        assert!(
+            gave_up >= Duration::from_millis(5500) && gave_up <= Duration::from_secs(7),
+            "gave up after {:?}",
+            gave_up
+        );
+        let message = client.error(&error, "app_not_running");
+        assert!(
+            message.contains("6s") || message.contains("6 s"),
+            "{}",
+            message
+        );
+        client.send(&call(4, "absent")).await;
+        let (error, _) = within_limit(Duration::from_secs(2), "an answer at once", async {
+            client.reply(&json!(4)).await
+        })
+        .await;
+        client.error(&error, "app_not_running");
+        let mut back = Host::start(&socket, Script::named("back"));
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_secs(5))
+            .await;
+        client.call(5, "back", "back").await;
+        back.got_method("tools/call").await;
+        client.finish_well().await;
+        back.stop().await;
+    });
+}
+
+/// Absent means answered at once, though something listens at the
+/// endpoint: after the deadline, an app that accepts connections and
+/// never answers (frozen) does not make the bridge hold requests again
+/// while it looks.
+#[test]
+fn a_frozen_app_does_not_hold_requests_once_the_bridge_is_absent() {
+    let (_dir, socket) = setup("frozen");
+    smol::block_on(async {
+        let first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &["--reconnect-timeout", "2"]);
+        served_then_stopped(first, &mut client, "first").await;
+        let _frozen = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        client.send(&call(3, "held")).await;
+        let (error, _) = client.reply(&json!(3)).await;
+        client.error(&error, "app_not_running");
+        // The bridge looks again, and reaches the frozen app.
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_secs(5))
+            .await;
+        client.send(&call(4, "absent")).await;
+        let (error, _) = within_limit(Duration::from_secs(1), "an answer at once", async {
+            client.reply(&json!(4)).await
+        })
+        .await;
+        client.error(&error, "app_not_running");
+        assert_eq!(client.finish().await, Some(1));
+    });
+}
+
+/// "A changed app": the resumed instance speaks protocol 2024-11-05 (the
+/// client negotiated 2025-06-18) and has dropped resources, prompts and
+/// logging. The client is warned (`notifications/message`, the session had
+/// logging) of each loss, stderr says it, the replayed subscribe and log
+/// level are not sent, and `tools/list_changed` comes only when the client
+/// was told tools had `listChanged: true` (both ways).
+#[test]
+fn what_a_changed_app_lost_is_said_and_not_replayed() {
+    for list_changed in [true, false] {
+        let (_dir, socket) = setup("changed");
+        smol::block_on(async {
+            let tools = json!({"listChanged": list_changed});
+            let first = Script {
+                capabilities: json!({"tools": tools, "prompts": {}, "resources": {"subscribe": true}, "logging": {}}),
+                ..Script::named("first")
+            };
+            let first = Host::start(&socket, first);
+            let mut client = Client::spawn(&socket, &[]);
+            client.open().await;
+            client
+                .send(r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}"#)
+                .await;
+            client.reply(&json!(2)).await;
+            client
+                .send(r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#)
+                .await;
+            client.reply(&json!(3)).await;
+            first.stop().await;
+            let changed = Script {
+                protocol: "2024-11-05".into(),
+                capabilities: json!({"tools": tools}),
+                ..Script::named("changed")
+            };
+            let mut second = Host::start(&socket, changed);
+            let mut seen = client.call(4, "after", "changed").await;
+            seen.extend(client.call(5, "fence", "changed").await);
+            let warnings: Vec<String> = seen
+                .iter()
+                .filter(|m| m["method"] == "notifications/message")
+                .map(|m| {
+                    assert_eq!(m["params"]["level"], "warning", "{}", m);
+                    assert_eq!(m["params"]["logger"], "mcp-bridge", "{}", m);
+                    m["params"]["data"].to_string()
+                })
+                .collect();
+            let stderr_text = client.stderr.text();
+            for lost in ["2024-11-05", "resources", "prompts", "log"] {
+                assert!(
+                    warnings.iter().any(|w| w.contains(lost)),
+                    "no warning names {:?}: {:?}",
+                    lost,
+                    warnings
+                );
+                assert!(stderr_text.contains(lost), "{}: {}", lost, stderr_text);
+            }
+            for line in second.lines() {
+                let method = &line["method"];
+                assert!(
+                    method != "logging/setLevel" && method != "resources/subscribe",
+                    "replayed to an instance without it: {}",
+                    line
+                );
+            }
+            let told: Vec<&Value> = seen
+                .iter()
+                .filter(|m| m["method"] == "notifications/tools/list_changed")
+                .collect();
+            assert_eq!(told.len(), usize::from(list_changed), "{:?}", seen);
+            client.finish_well().await;
+            second.stop().await;
+        });
+    }
+}
+
+/// "Answers nobody asked for": the new instance's replies to an id it
+/// never received (99) and to one the bridge already answered with its
+/// error (5) do not reach the client. And a request the client cancelled
+/// while it was held gets no answer at all, neither when the app comes
+/// back nor at the next restart.
+#[test]
+fn answers_nobody_asked_for_and_cancelled_requests_reach_nobody() {
+    let (_dir, socket) = setup("stray");
+    smol::block_on(async {
+        let mut first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        client.send(&call(5, "never")).await;
+        first.got_method("tools/call").await;
+        first.stop().await;
+        let (error, _) = client.reply(&json!(5)).await;
+        client.error(&error, "app_restarting");
+        let strays = Script {
+            on_initialized: vec![
+                json!({"jsonrpc": "2.0", "id": 99, "result": {"stray": true}}),
+                json!({"jsonrpc": "2.0", "id": 5, "result": {"stray": true}}),
+            ],
+            ..Script::named("strays")
+        };
+        let second = Host::start(&socket, strays);
+        let mut seen = client.call(6, "after", "strays").await;
+        second.stop().await;
+        // Held while no app is there, then cancelled.
+        client.send(&call(7, "never")).await;
+        client
+            .send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#)
+            .await;
+        let mut third = Host::start(&socket, Script::named("third"));
+        seen.extend(client.call(8, "third", "third").await);
+        third.got_method("tools/call").await;
+        third.stop().await;
+        let fourth = Host::start(&socket, Script::named("fourth"));
+        seen.extend(client.call(9, "fourth", "fourth").await);
+        for id in [json!(99), json!(5), json!(7)] {
+            let wrong: Vec<&Value> = seen.iter().filter(|m| answers(m, &id)).collect();
+            assert!(wrong.is_empty(), "answers to {}: {:?}", id, wrong);
+        }
+        client.finish_well().await;
+        fourth.stop().await;
+    });
+}
+
+/// The question the old instance asks (`elicitation/create` id 0), and the
+/// one the new one asks under the same id.
+fn elicit(message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {"message": message, "requestedSchema": {"type": "object"}}})
+}
+
+/// A session whose app asked the client "Create file?" (id 0) and then
+/// restarted with the question open: the client was told it is cancelled.
+/// Returns the client; the host that asked is stopped.
+async fn asked_then_restarted(socket: &Path) -> Client {
+    let mut first = Host::start(socket, Script::named("first"));
+    let mut client = Client::spawn(socket, &[]);
+    client.open().await;
+    first.got_method("notifications/initialized").await;
+    first.send(elicit("Create file?")).await;
+    let question = client.next().await;
+    assert_eq!(
+        question["params"]["message"], "Create file?",
+        "{}",
+        question
+    );
+    first.stop().await;
+    let cancelled = client.next().await;
+    assert_eq!(
+        cancelled["method"], "notifications/cancelled",
+        "{}",
+        cancelled
+    );
+    assert_eq!(cancelled["params"]["requestId"], 0, "{}", cancelled);
+    client
+}
+
+/// One round of "a reply delivered to the wrong question": the new app
+/// asks id 0 "Delete repository?" and gets `id_in_use` from the bridge; the
+/// user's late accept to "Create file?" (as `late` writes it) reaches
+/// nobody, and the client never sees the new question under the stale id.
+async fn a_late_accept_answers_nothing(late: &str) {
+    let (_dir, socket) = setup("wrongq");
+    let mut client = asked_then_restarted(&socket).await;
+    let asking = Script {
+        on_initialized: vec![elicit("Delete repository?")],
+        ..Script::named("second")
+    };
+    let mut second = Host::start(&socket, asking);
+    let refused = second
+        .got("the bridge's answer to id 0", |l| {
+            l.get("method").is_none() && l["id"] == 0
+        })
+        .await;
+    client.error(&refused, "id_in_use");
+    client.send(late).await;
+    client.send(&call(3, "fence")).await;
+    let seen = client.answered(3, "second").await;
+    second.got_method("tools/call").await;
+    for message in &seen {
+        assert!(
+            !message.to_string().contains("Delete repository?"),
+            "{}",
+            message
+        );
+    }
+    let accepted: Vec<Value> = second
+        .lines()
+        .into_iter()
+        .filter(|line| {
+            let replies = match line.as_array() {
+                Some(batch) => batch.clone(),
+                None => vec![line.clone()],
+            };
+            replies.iter().any(|r| r.get("result").is_some())
+        })
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "the late accept reached the new app: {:?}",
+        accepted
+    );
+    client.finish_well().await;
+    second.stop().await;
+}
+
+/// "A reply delivered to the wrong question (security)": the user's late
+/// accept to the old instance's "Create file?" (id 0) never reaches the new
+/// instance as the answer to its "Delete repository?" (id 0), which the
+/// bridge answers with `id_in_use` instead of showing the user.
+#[test]
+fn a_late_reply_never_answers_the_new_instances_question() {
+    smol::block_on(a_late_accept_answers_nothing(
+        r#"{"jsonrpc":"2.0","id":0,"result":{"action":"accept","content":{}}}"#,
+    ));
+}
+
+/// The same through a batch: the late accept inside a JSON-RPC array of
+/// replies reaches nobody either.
+#[test]
+fn a_late_batch_of_replies_never_answers_the_new_instances_question() {
+    smol::block_on(a_late_accept_answers_nothing(
+        r#"[{"jsonrpc":"2.0","id":0,"result":{"action":"accept","content":{}}}]"#,
+    ));
+}
+
+/// With a stale id open (the old instance's question unanswered), a
+/// client line cut by the restart goes whole to the new instance and is
+/// answered (id 20); no fragment of it reaches anyone.
+#[test]
+fn a_line_cut_by_the_restart_goes_whole_to_the_new_instance_with_an_id_stale() {
+    let (_dir, socket) = setup("cutline");
+    smol::block_on(async {
+        let mut first = Host::start(&socket, Script::named("first"));
+        let mut client = Client::spawn(&socket, &[]);
+        client.open().await;
+        first.got_method("notifications/initialized").await;
+        first.send(elicit("Create file?")).await;
+        let question = client.next().await;
+        assert_eq!(question["method"], "elicitation/create", "{}", question);
+        let line = call(20, "cut");
+        let (head, tail) = line.split_at(line.len() / 2);
+        client.send_bytes(head.as_bytes()).await;
+        first
+            .until("the head of the line", |e| e["event"] == "partial")
+            .await;
+        first.stop().await;
+        let cancelled = client.next().await;
+        assert_eq!(
+            cancelled["method"], "notifications/cancelled",
+            "{}",
+            cancelled
+        );
+        client.send(tail).await;
+        let mut second = Host::start(&socket, Script::named("second"));
+        let (reply, _) = within_limit(Duration::from_secs(10), "an answer to 20", async {
+            client.reply(&json!(20)).await
+        })
+        .await;
+        assert_eq!(reply["result"]["content"][0]["text"], "cut", "{}", reply);
+        assert_eq!(reply["result"]["servedBy"], "second", "{}", reply);
+        let whole = second.got_method("tools/call").await;
+        assert_eq!(whole, serde_json::from_str::<Value>(&line).unwrap());
+        assert!(second.events_of("junk").is_empty(), "{:?}", second.seen);
+        client.finish_well().await;
+        second.stop().await;
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The modern era, and the app that is not there yet
+
+/// A 2026-07-28 app.
+fn modern_app(name: &str) -> Script {
+    Script {
+        protocol: "2026-07-28".into(),
+        capabilities: json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true}}),
+        ..Script::named(name)
+    }
+}
+
+/// "An app absent for more than 5 s", modern era, with a cache an earlier
+/// session filled: `server/discover` is answered from the cache (a result,
+/// never an error) while the app is away; a request at 9 s, with the app up
+/// since 8 s, is answered by the app (the bridge having found it within
+/// about a second).
+#[test]
+fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
+    let (dir, socket) = setup("discover");
+    let cache = dir.0.join("cache");
+    let cache_arg = cache.to_string_lossy().into_owned();
+    smol::block_on(async {
+        let app = modern_app("earlier");
+        let discovered = app.discovered();
+        let earlier = Host::start(&socket, app);
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
+        client
+            .send(&modern(json!(1), "server/discover", json!({})))
+            .await;
+        let (reply, _) = client.reply(&json!(1)).await;
+        assert_eq!(reply["result"], discovered, "{}", reply);
+        client.finish_well().await;
+        earlier.stop().await;
+
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
+        let started = Instant::now();
+        client
+            .send(&modern(json!(1), "server/discover", json!({})))
+            .await;
+        let (reply, _) = client.reply(&json!(1)).await;
+        assert_eq!(
+            reply["result"],
+            discovered,
+            "{} {}",
+            reply,
+            client.stderr.text()
+        );
+        Timer::at(started + Duration::from_secs(8)).await;
+        let mut app = Host::start(&socket, modern_app("later"));
+        // The bridge looks about once a second: it has found the app by 9 s
+        // or soon after. Waiting for it to say so keeps the request from
+        // racing its look.
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_millis(2500))
+            .await;
+        Timer::at(started + Duration::from_secs(9)).await;
+        client
+            .send(&modern(json!(2), "tools/list", json!({})))
+            .await;
+        client.answered(2, "later").await;
+        app.got_method("tools/list").await;
+        client.finish_well().await;
+        app.stop().await;
+    });
+}
+
+/// The same without a cache: `server/discover` gets `app_not_running`
+/// within `--connect-timeout` (+1 s), and the bridge keeps looking: a
+/// request made once the app is up is answered by it.
+#[test]
+fn without_a_cache_discover_gets_the_reason_in_time_and_the_bridge_keeps_looking() {
+    let (_dir, socket) = setup("nocache");
+    smol::block_on(async {
+        let mut client = Client::spawn(&socket, &["--connect-timeout", "2"]);
+        let asked = Instant::now();
+        client
+            .send(&modern(json!(1), "server/discover", json!({})))
+            .await;
+        let (error, _) = client.reply(&json!(1)).await;
+        let told = asked.elapsed();
+        assert!(told <= Duration::from_secs(3), "{:?}", told);
+        client.error(&error, "app_not_running");
+        let mut app = Host::start(&socket, modern_app("later"));
+        client
+            .stderr
+            .wait_for("reached the app", Duration::from_secs(5))
+            .await;
+        client
+            .send(&modern(json!(2), "tools/list", json!({})))
+            .await;
+        client.answered(2, "later").await;
+        app.got_method("tools/list").await;
+        client.finish_well().await;
+        app.stop().await;
+    });
+}
+
+/// Modern era: a `subscriptions/listen` open across a restart is sent
+/// again to the new instance under the client's id (and no `initialize`),
+/// its new acknowledgement does not reach the client, and the client gets
+/// one tagged `list_changed` per list type it subscribed to; nothing
+/// untagged.
+#[test]
+fn an_open_listen_is_sent_again_and_each_subscribed_list_is_told_changed() {
+    let (_dir, socket) = setup("listen");
+    let listen_id = json!("listen-1");
+    smol::block_on(async {
+        let mut first = Host::start(&socket, modern_app("first"));
+        let mut client = Client::spawn(&socket, &[]);
+        client
+            .send(&modern(json!(0), "server/discover", json!({})))
+            .await;
+        client.reply(&json!(0)).await;
+        let filter = json!({"toolsListChanged": true, "promptsListChanged": true});
+        let listen = modern(
+            listen_id.clone(),
+            "subscriptions/listen",
+            json!({"notifications": filter}),
+        );
+        client.send(&listen).await;
+        let ack = client.next().await;
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{}",
+            ack
+        );
+        client
+            .send(&modern(
+                json!(2),
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "before"}}),
+            ))
+            .await;
+        client.answered(2, "first").await;
+        first.got_method("tools/call").await;
+        first.stop().await;
+        let mut second = Host::start(&socket, modern_app("second"));
+        let again = second.got_method("subscriptions/listen").await;
+        assert_eq!(again["id"], listen_id);
+        client
+            .send(&modern(
+                json!(3),
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "after"}}),
+            ))
+            .await;
+        let mut seen = client.answered(3, "second").await;
+        client
+            .send(&modern(
+                json!(4),
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "fence"}}),
+            ))
+            .await;
+        seen.extend(client.answered(4, "second").await);
+        let mut changed = Vec::new();
+        for message in &seen {
+            let method = message["method"].as_str().unwrap_or("(a response)");
+            assert!(method.ends_with("/list_changed"), "{}", message);
+            let tag = &message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"];
+            assert_eq!(tag, &listen_id, "untagged: {}", message);
+            changed.push(method.to_string());
+        }
+        changed.sort();
+        assert_eq!(
+            changed,
+            [
+                "notifications/prompts/list_changed",
+                "notifications/tools/list_changed"
+            ]
+        );
+        let initialize = second
+            .lines()
+            .into_iter()
+            .filter(|l| l["method"] == "initialize")
+            .count();
+        assert_eq!(initialize, 0, "an initialize replayed in a modern session");
+        client.finish_well().await;
+        second.stop().await;
+    });
+}
+
+/// Modern era, "a hang-up during the session's first request" (a long
+/// `tools/call`, no `initialize`): a restart, not a refusal. The call gets
+/// `app_restarting`, and the next request is answered by the new instance.
+/// [`ROUNDS`] times.
+#[test]
+fn a_hang_up_during_the_first_request_is_a_restart_not_a_refusal() {
+    let (_dir, socket) = setup("firstcall");
+    for round in 0..ROUNDS {
+        smol::block_on(async {
+            let mut first = Host::spawn(&socket, modern_app("first")).await;
+            let mut client = Client::spawn(&socket, &[]);
+            let long = json!({"name": "echo", "arguments": {"text": "never"}});
+            client.send(&modern(json!(1), "tools/call", long)).await;
+            first.got_method("tools/call").await;
+            first.kill().await;
+            let (error, _) = client.reply(&json!(1)).await;
+            client.error(&error, "app_restarting");
+            let mut second = Host::spawn(&socket, modern_app("second")).await;
+            let quick = json!({"name": "echo", "arguments": {"text": "next"}});
+            client.send(&modern(json!(2), "tools/call", quick)).await;
+            client.answered(2, "second").await;
+            client.finish_well().await;
+            second.got_method("tools/call").await;
+            second.stop().await;
+        });
+        eprintln!("first call: round {} of {} passed", round + 1, ROUNDS);
+    }
+}
+
+/// "The app that is not there yet" (legacy): a client that starts before
+/// the app, with a cache an earlier session filled, has its `initialize`
+/// answered at once from the cache; a `tools/list` before the app comes
+/// gets `app_not_running`; when the app comes, the client is told the tools
+/// changed and `tools/list` works.
+#[test]
+fn a_client_before_the_app_is_answered_from_the_cache_and_told_when_it_comes() {
+    let (dir, socket) = setup("before");
+    let cache = dir.0.join("cache");
+    let cache_arg = cache.to_string_lossy().into_owned();
+    smol::block_on(async {
+        let earlier = Host::start(&socket, Script::named("earlier"));
+        let mut client = Client::spawn(&socket, &["--cache-dir", &cache_arg]);
+        let told = client.open().await;
+        client.finish_well().await;
+        earlier.stop().await;
+
+        let args = ["--cache-dir", &cache_arg, "--connect-timeout", "1"];
+        let mut client = Client::spawn(&socket, &args);
+        let asked = Instant::now();
+        client.send(INITIALIZE).await;
+        let (reply, _) = client.reply(&json!(1)).await;
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert_eq!(reply["result"], told, "{} {}", reply, client.stderr.text());
+        client.send(INITIALIZED).await;
+        client
+            .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+            .await;
+        let (error, _) = client.reply(&json!(2)).await;
+        client.error(&error, "app_not_running");
+        let mut app = Host::start(&socket, Script::named("later"));
+        let changed = within_limit(Duration::from_secs(10), "tools/list_changed", async {
+            loop {
+                let message = client.next().await;
+                if message["method"] == "notifications/tools/list_changed" {
+                    return message;
+                }
+            }
+        })
+        .await;
+        assert!(changed.get("params").is_none(), "{}", changed);
+        client
+            .send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+            .await;
+        let (reply, _) = client.reply(&json!(3)).await;
+        assert_eq!(reply["result"]["servedBy"], "later", "{}", reply);
+        let replayed = app.got_method("initialize").await;
+        assert_eq!(replayed["params"]["clientInfo"]["name"], "sessions");
+        app.got_method("notifications/initialized").await;
+        client.finish_well().await;
+        app.stop().await;
+    });
+}
+
+/// "stderr lines are written when they happen": when the bridge answers a
+/// request because no app is there, its stderr says so at that time, long
+/// before stdin closes.
+#[test]
+fn stderr_says_the_app_is_not_there_when_the_error_is_written() {
+    let (_dir, socket) = setup("stderr");
+    smol::block_on(async {
+        let mut client = Client::spawn(&socket, &["--connect-timeout", "0.5"]);
+        client
+            .send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .await;
+        let (error, _) = client.reply(&json!(1)).await;
+        let endpoint = socket.to_string_lossy().into_owned();
+        let line = client
+            .stderr
+            .wait_for(&endpoint, Duration::from_secs(5))
+            .await;
+        assert!(line.starts_with("mcp-bridge: "), "{}", line);
+        assert!(line.contains("does not exist"), "{}", line);
+        client.error(&error, "app_not_running");
+        // stdin is still open: the line came while the session went on.
+        assert!(client.bridge.stdin.is_some());
+        assert_eq!(client.finish().await, Some(1));
+    });
+}
