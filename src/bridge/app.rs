@@ -80,6 +80,10 @@ pub(super) struct AppSide {
     /// Its first line was a refusal (an error with a `null` id): its
     /// message.
     pub(super) refusal: Option<String>,
+    /// The connection ended with a reset: the app went away with some of
+    /// what it was sent unread (on Linux, a Unix socket closed with bytes
+    /// in its receive queue resets its peer).
+    pub(super) reset: bool,
     /// What went to the client so far ends a line (or nothing went).
     boundary: bool,
 }
@@ -98,6 +102,7 @@ impl Default for AppSide {
             heard: 0,
             lines: 0,
             refusal: None,
+            reset: false,
             boundary: true,
         }
     }
@@ -119,7 +124,10 @@ impl AppSide {
             match reader.read(&mut self.buf[self.end..]).await {
                 Ok(n) => break n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if crate::relay::is_hangup(&e) => break 0,
+                Err(e) if crate::relay::is_hangup(&e) => {
+                    self.reset = e.kind() == std::io::ErrorKind::ConnectionReset;
+                    break 0;
+                }
                 Err(e) => return Err(e),
             }
         };

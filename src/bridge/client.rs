@@ -141,6 +141,10 @@ pub(super) struct ClientSide<R> {
     /// What the current instance took so far ends a line (or it took
     /// nothing).
     boundary: bool,
+    /// Where the last line the current instance took whole is in the
+    /// buffer, while nothing was sent after it: if the instance goes away
+    /// with what it was sent unread, this line is the unread one.
+    last_taken: Option<(usize, usize)>,
 }
 
 impl<R: AsyncRead + Unpin> ClientSide<R> {
@@ -159,6 +163,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             refusals,
             ended: Vec::new(),
             boundary: true,
+            last_taken: None,
         }
     }
 
@@ -292,10 +297,9 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             return;
         }
         let partial = self.scanner.partial();
-        let early = if !ledger.may_drop_client_lines()
-            || partial.other
-            || (partial.method && !partial.answer)
-        {
+        // While a reply may be taken out, a line is passed on early only
+        // when it is known to be no reply (an array may hold replies).
+        let early = if !ledger.may_drop_client_lines() || (partial.method && !partial.answer) {
             Early::Forward
         } else if partial.answer {
             match partial.id {
@@ -391,8 +395,44 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             .map_or(false, |held| held.end <= self.sent)
         {
             let held = self.lines.pop_front().expect("just seen");
+            self.last_taken = Some((held.start, held.end));
             ledger.sent(held.line);
         }
+        if self.last_taken.map_or(false, |(_, end)| end != self.sent) {
+            self.last_taken = None;
+        }
+    }
+
+    /// Lines of the bridge's own went to the instance after the client's.
+    pub(super) fn bridge_wrote(&mut self) {
+        self.last_taken = None;
+    }
+
+    /// The instance went away with what it was sent unread, so the last
+    /// line it took cannot have been read whole (its `\n` was the last
+    /// byte sent): that line is held again for the next instance (and no
+    /// longer in flight), rather than answered as one the app may have
+    /// carried out. The lines before it may have been read: they stay as
+    /// they are.
+    pub(super) fn unread_last(&mut self, ledger: &mut Ledger) {
+        let (start, end) = match self.last_taken.take() {
+            Some(range) => range,
+            None => return,
+        };
+        let mut scanner = Scanner::recording(RECORDED);
+        let mut line = None;
+        scanner.feed(&self.buf[start..end], |envelope| {
+            line = Some(Line::of(&envelope, None));
+        });
+        let line = match line {
+            Some(line) => line,
+            None => return,
+        };
+        if let Line::Request { id: Some(id), .. } = &line {
+            ledger.pending.remove(id);
+        }
+        self.lines.push_front(Held { start, end, line });
+        self.sent = start;
     }
 
     /// Drops the data no instance needs any more (taken whole), so the
@@ -403,6 +443,8 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             None if self.cur.len > 0 && self.cur.kept => self.cur.start.min(self.sent),
             None => self.sent.min(self.end),
         };
+        // The last line taken stays until another follows it.
+        let floor = self.last_taken.map_or(floor, |(start, _)| floor.min(start));
         // Bytes move only when the room to read into runs short, or for
         // free when nothing is left: most reads then move nothing.
         let room = self.buf.len() - self.end;
@@ -416,6 +458,10 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         for held in &mut self.lines {
             held.start -= floor;
             held.end -= floor;
+        }
+        if let Some((start, end)) = &mut self.last_taken {
+            *start -= floor;
+            *end -= floor;
         }
         // A long held line leaves no big buffer behind.
         if self.buf.len() > 4 * BUFFER_SIZE && self.end < BUFFER_SIZE {
@@ -490,6 +536,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         self.buf = buf;
         self.sent = 0;
         self.boundary = true;
+        self.last_taken = None;
         self.lines = lines;
     }
 

@@ -10,10 +10,12 @@
 //! It reads each message's JSON-RPC envelope as it passes (never changing a
 //! byte) so that when the app cannot be reached, refuses, or restarts, the
 //! client is told why in the protocol and the session is carried over:
-//! `session.rs` has the whole story (the state machine and its bounds),
-//! `ledger/` everything the traffic teaches (requests in flight, the
-//! session to replay), `hold.rs` the line-by-line handling of stdin while
-//! no app is relayed to, `resume.rs` the replay to a new instance. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
+//! `session.rs` has the whole story (the state machine), `outage.rs` its
+//! rules and bounds, `ledger/` everything the traffic teaches (requests in
+//! flight, the session to replay), `client.rs` and `app.rs` each side's
+//! lines, `online.rs` the relaying, `resume.rs` what a new instance is
+//! given, `answer.rs` the bridge's own words, `cache/` the app's last
+//! answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
 //! relayed bytes and those whole-line error responses only; every
 //! diagnostic is a [`BridgeError`] for the caller to print on stderr.
 

@@ -200,9 +200,13 @@ where
             let answer = ledger.borrow_mut().taken_back.take();
             match answer {
                 Some(TakenBack::Accepted(result)) => {
-                    let rest = resume::taken_back(&mut ledger.borrow_mut(), &result, log);
+                    let mut ledger = ledger.borrow_mut();
+                    let rest = resume::taken_back(&mut ledger, &result, log);
                     ours.extend_from_slice(&rest);
                     taking_back = None;
+                    // What the client sends is for this instance from now
+                    // on (it was answered at once, if the app was absent).
+                    client.go_online(&mut ledger);
                     signals.down.wake();
                 }
                 Some(TakenBack::Rejected(why)) => {
@@ -227,6 +231,7 @@ where
                 if let Some(log) = log {
                     log_lines(log, "bridge->app", &ours);
                 }
+                client.bridge_wrote();
                 match send(&mut writer, &ours).await {
                     Ok(()) => ours.clear(),
                     Err(e) if is_hangup(&e) => return Ok(Up::AppGone),
@@ -283,7 +288,15 @@ where
             None
         };
         match future::or(woken, read).await {
-            Some(Ok(Read::Some | Read::Eof)) | None => {}
+            Some(Ok(Read::Some | Read::Eof)) => {
+                // Lines answered by the bridge (while the app is absent and
+                // the instance not yet taking the session) are the other
+                // pump's to write.
+                if !ledger.borrow().owed_client.is_empty() {
+                    signals.down.wake();
+                }
+            }
+            None => {}
             Some(Err(e)) => {
                 return Err(BridgeError::Relay(RelayError {
                     stage: Stage::ReadClient,

@@ -89,6 +89,8 @@ pub(super) struct Outage {
     pause: Duration,
     /// Why the last attempt failed.
     pub(super) last_failure: Option<String>,
+    /// The last attempt failed because the instance rejected the replay.
+    pub(super) rejected: bool,
     /// The instance that hung up.
     pub(super) gone: Instance,
 }
@@ -99,6 +101,7 @@ impl Outage {
             deadline,
             pause: bounds.first_pause,
             last_failure: None,
+            rejected: false,
             gone,
         }
     }

@@ -264,7 +264,11 @@ where
             Origin::Connecting => Instant::now() + self.config.reconnect_timeout,
             Origin::Absent(_) => Instant::now() + self.bounds.reply_timeout,
         };
-        self.io.client.go_online(&mut self.io.ledger.borrow_mut());
+        // An instance reached while the app was absent has yet to take the
+        // session: until it does, requests are still answered at once.
+        if !(taking_back && matches!(origin, Origin::Absent(_))) {
+            self.io.client.go_online(&mut self.io.ledger.borrow_mut());
+        }
         let mut app = AppSide::default();
         let started = Instant::now();
         let link = Link {
@@ -296,7 +300,7 @@ where
                 }
                 Ok(Phase::Done(ending))
             }
-            End::NotTakenBack(why, _said_no) => {
+            End::NotTakenBack(why, said_no) => {
                 // Nothing of the client's was sent: all of it waits for the
                 // next attempt. A rejection while the app is starting is
                 // tried again, until the deadline.
@@ -311,11 +315,13 @@ where
                     Origin::Absent(absence) => Ok(Phase::Absent(absence)),
                     Origin::Outage(mut outage) => {
                         outage.last_failure = Some(why);
+                        outage.rejected = said_no;
                         Ok(Phase::Resuming(outage))
                     }
                     Origin::Connecting => {
                         let mut outage = self.new_outage(instance);
                         outage.last_failure = Some(why);
+                        outage.rejected = said_no;
                         Ok(Phase::Resuming(outage))
                     }
                 }
@@ -349,6 +355,9 @@ where
         }
         let ended = {
             let mut ledger = self.io.ledger.borrow_mut();
+            if app.reset {
+                self.io.client.unread_last(&mut ledger);
+            }
             let ended = Ended {
                 instance,
                 answered: ledger.served,
@@ -383,7 +392,9 @@ where
                         super::HOLD_LIMIT / 1024
                     ),
                 };
-                Ok(Phase::Absent(self.absence(error)))
+                Ok(Phase::Absent(
+                    self.absence_because(error, Reason::TooLongToReplay),
+                ))
             }
             Meaning::Restart { new } => {
                 let served = ended.answered || ended.lasted >= self.bounds.stayed_up;
@@ -434,7 +445,11 @@ where
                         self.config.reconnect_timeout.as_secs()
                     ),
                 };
-                return Ok(Phase::Absent(self.absence(error)));
+                let why = match outage.rejected {
+                    true => Reason::ResumeRejected,
+                    false => Reason::AppNotRunning,
+                };
+                return Ok(Phase::Absent(self.absence_because(error, why)));
             }
             let pause = outage.next_pause(&self.bounds);
             if let Some(log) = self.io.log {
@@ -546,19 +561,16 @@ where
         let reason = match &error {
             BridgeError::Connect(e) if e.is_untrusted_server() => Reason::UntrustedServer,
             BridgeError::Connect(e) if e.may_heal() => Reason::AppNotRunning,
-            BridgeError::Connect(_) => Reason::Unreachable,
-            BridgeError::Handshake { .. } => Reason::AppNotRunning,
             BridgeError::Refused { .. } => Reason::AppRefused,
             BridgeError::CrashLoop { .. } => Reason::CrashLoop,
-            BridgeError::Resume { reason, .. } if reason.contains("rejected") => {
-                Reason::ResumeRejected
-            }
-            BridgeError::Resume { reason, .. } if reason.contains("too long to replay") => {
-                Reason::TooLongToReplay
-            }
-            BridgeError::Resume { .. } => Reason::AppNotRunning,
+            BridgeError::Handshake { .. } | BridgeError::Resume { .. } => Reason::AppNotRunning,
             _ => Reason::Unreachable,
         };
+        self.absence_because(error, reason)
+    }
+
+    /// [`Session::absence`], for a `reason` the error alone does not tell.
+    fn absence_because(&self, error: BridgeError, reason: Reason) -> Absence {
         let refused = matches!(reason, Reason::AppRefused | Reason::UntrustedServer);
         if let Some(log) = self.io.log {
             log.event(format_args!(

@@ -129,6 +129,9 @@ pub(super) enum Line {
     Reply(Vec<u8>),
     /// A batch, by the ids of the requests in it.
     Batch(Vec<u8>),
+    /// A batch holding the client's answers to the app's requests: its
+    /// text (some of them may be for an instance that is gone).
+    Replies(Vec<u8>),
     /// Anything else (an empty line, not JSON-RPC): passed on as it is.
     Other,
 }
@@ -150,6 +153,7 @@ impl Line {
             },
             (Kind::Response | Kind::ErrorResponse, Some(id)) => Line::Reply(id.to_vec()),
             _ => match array {
+                Some(array) if !batch_ids(array, true).is_empty() => Line::Replies(array.to_vec()),
                 Some(array) => Line::Batch(batch_ids(array, false)),
                 None => Line::Other,
             },
@@ -294,6 +298,8 @@ impl Ledger {
                 Verdict::Drop
             }
             Line::Reply(_) if mode == Mode::Absent => Verdict::Drop,
+            Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
+            Line::Replies(text) if !self.app_requests.stale.is_empty() => self.late_replies(text),
             Line::Request {
                 id: Some(id),
                 method: Method::Listen,
@@ -335,6 +341,48 @@ impl Ledger {
                 Verdict::Forward
             }
         }
+    }
+
+    /// A batch of the client's answers while some of the app's questions
+    /// are stale: the answers to a gone instance are taken out, the others
+    /// go on as lines of their own (their order kept), in the array's place.
+    fn late_replies(&mut self, text: &[u8]) -> Verdict {
+        let mut late = 0;
+        let mut others = Vec::new();
+        let mut scanner = crate::envelope::Scanner::new();
+        crate::envelope::json::for_each_array_element(text, &mut |element| {
+            let mut line = element.to_vec();
+            line.push(b'\n');
+            let mut stale = false;
+            scanner.feed(&line, |envelope| {
+                if let (Kind::Response | Kind::ErrorResponse, Some(id)) =
+                    (envelope.kind, envelope.id)
+                {
+                    stale = self.app_requests.stale.contains(id);
+                    if stale {
+                        self.app_requests.client_replied(id);
+                    }
+                }
+            });
+            if stale {
+                late += 1;
+            } else {
+                others.extend_from_slice(&line);
+            }
+        });
+        if late == 0 {
+            return Verdict::Forward;
+        }
+        // Not answers to anything the current instance asked before they
+        // were split out: they go as the client's, and teach as such.
+        let mut scanner = crate::envelope::Scanner::new();
+        scanner.feed(&others, |envelope| {
+            if let (Kind::Response | Kind::ErrorResponse, Some(id)) = (envelope.kind, envelope.id) {
+                self.app_requests.client_replied(id);
+            }
+        });
+        self.owed_app.extend_from_slice(&others);
+        Verdict::Drop
     }
 
     /// Answers an `initialize` or `server/discover` from the cache, while
@@ -412,6 +460,12 @@ impl Ledger {
                 }
             }
             Line::Reply(id) => self.app_requests.client_replied(&id),
+            Line::Replies(text) => {
+                let ids = batch_ids(&text, true);
+                for id in ids.split(|&b| b == b'\n').filter(|id| !id.is_empty()) {
+                    self.app_requests.client_replied(id);
+                }
+            }
             Line::Batch(ids) => self.batches.sent(ids),
             Line::Other => {}
         }
