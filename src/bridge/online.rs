@@ -288,15 +288,13 @@ where
             None
         };
         match future::or(woken, read).await {
-            Some(Ok(Read::Some | Read::Eof)) => {
-                // Lines answered by the bridge (while the app is absent and
-                // the instance not yet taking the session) are the other
-                // pump's to write.
-                if !ledger.borrow().owed_client.is_empty() {
-                    signals.down.wake();
-                }
+            // Lines answered by the bridge (while the app is absent and the
+            // instance not yet taking the session) are the other pump's to
+            // write.
+            Some(Ok(Read::Some | Read::Eof)) if !ledger.borrow().owed_client.is_empty() => {
+                signals.down.wake();
             }
-            None => {}
+            Some(Ok(Read::Some | Read::Eof)) | None => {}
             Some(Err(e)) => {
                 return Err(BridgeError::Relay(RelayError {
                     stage: Stage::ReadClient,
