@@ -914,7 +914,8 @@ fn a_late_pipe_and_a_restart_are_survived() {
             initialize,
             "held, then delivered"
         );
-        let result = r#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{}}}}"#;
+        let result =
+            r#"{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{"listChanged":true}}}}"#;
         replies
             .write_all(format!("{}\n", result).as_bytes())
             .await
@@ -1248,7 +1249,7 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
         assert!(!connection.handshake.resumed);
         // The session the bridge replays to each new instance.
         let initialize = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{}}"#;
-        let initialized = r#"{"jsonrpc":"2.0","id":"init","result":{"capabilities":{"tools":{}}}}"#;
+        let initialized = r#"{"jsonrpc":"2.0","id":"init","result":{"capabilities":{"tools":{"listChanged":true}}}}"#;
         let mut requests = BufReader::new(connection.reader).lines();
         let mut replies = connection.writer;
         round_trip(
@@ -1281,12 +1282,17 @@ fn a_rebind_while_the_old_connection_lives_is_survived() {
             requests = BufReader::new(connection.reader).lines();
             replies = connection.writer;
             let replayed = requests.next().await.unwrap().unwrap();
+            // The bridge's own ids, one per replay.
+            let id = format!(r#""mcp-bridge-replay-{}""#, round + 1);
             assert!(
-                replayed.contains(r#""id":"mcp-bridge-replay-1""#),
+                replayed.contains(&format!(r#""id":{}"#, id)),
                 "{}",
                 replayed
             );
-            let result = r#"{"jsonrpc":"2.0","id":"mcp-bridge-replay-1","result":{"capabilities":{"tools":{}}}}"#;
+            let result = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{{"capabilities":{{"tools":{{}}}}}}}}"#,
+                id
+            );
             replies
                 .write_all(format!("{}\n", result).as_bytes())
                 .await
