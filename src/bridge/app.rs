@@ -11,7 +11,7 @@
 //! under an id the client may still answer for the app's previous
 //! instance. A line whose `id` only comes at its end (the TypeScript SDK
 //! writes `result` first) is decided there, if it ends within
-//! [`UNDECIDED_LIMIT`]; a longer one is passed on as it comes.
+//! [`UNDECIDED_LIMIT`](super::ledger::UNDECIDED_LIMIT); a longer one is passed on as it comes.
 //!
 //! Like the client's side, it works in its buffer, in place: bytes move
 //! only when a line is taken out.
@@ -24,10 +24,6 @@ use super::ledger::{Early, Ledger};
 use super::BATCH_LIMIT;
 use crate::envelope::{first_byte_after_space, Kind, Scanner};
 use crate::io::BUFFER_SIZE;
-
-/// Longest start of an app line held back undecided before it is passed on
-/// all the same.
-pub(super) const UNDECIDED_LIMIT: usize = 64 * 1024;
 
 /// The line in progress.
 #[derive(Debug)]
@@ -241,19 +237,14 @@ impl AppSide {
             }
             self.keep(read, to - read);
             if self.cur.early.is_none() {
-                let early = match ledger.app_partial(&self.scanner.partial()) {
-                    Early::Wait if self.cur.len > UNDECIDED_LIMIT => Early::Forward,
-                    early => early,
-                };
-                match early {
-                    Early::Wait => {}
-                    Early::Drop => {
-                        self.end = self.cur.start;
-                        self.cur.kept = false;
-                        self.cur.early = Some(Early::Drop);
-                    }
-                    Early::Forward => self.cur.early = Some(Early::Forward),
-                }
+                let early = ledger.app_partial(&self.scanner.partial());
+                let cur = &mut self.cur;
+                early.for_line(cur.len).apply(
+                    cur.start,
+                    &mut self.end,
+                    &mut cur.kept,
+                    &mut cur.early,
+                );
             }
         }
         self.array = array;

@@ -39,11 +39,6 @@ use super::HOLD_LIMIT;
 use crate::envelope::{first_byte_after_space, Scanner};
 use crate::io::BUFFER_SIZE;
 
-/// Longest start of a line kept undecided before it is passed on all the
-/// same: a client reply whose `id` comes after its `result` (as the
-/// TypeScript SDK writes them) can only be placed at its end.
-const UNDECIDED_LIMIT: usize = 64 * 1024;
-
 /// Longest line kept whole while it is relayed, so that an app that goes
 /// away in the middle of it does not cost it: the next instance gets it
 /// whole. A longer line cut by a hang-up is answered with an error. Small
@@ -315,19 +310,10 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         } else {
             Early::Wait
         };
-        let early = match early {
-            Early::Wait if self.cur.len > UNDECIDED_LIMIT => Early::Forward,
-            other => other,
-        };
-        match early {
-            Early::Wait => {}
-            Early::Drop => {
-                self.end = self.cur.start;
-                self.cur.kept = false;
-                self.cur.early = Some(Early::Drop);
-            }
-            Early::Forward => self.cur.early = Some(Early::Forward),
-        }
+        let cur = &mut self.cur;
+        early
+            .for_line(cur.len)
+            .apply(cur.start, &mut self.end, &mut cur.kept, &mut cur.early);
     }
 
     /// The line in progress ended (its kept bytes end at `self.end`).

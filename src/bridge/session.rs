@@ -209,14 +209,7 @@ where
         let mut last: Option<BridgeError>;
         loop {
             let budget = deadline.saturating_duration_since(Instant::now());
-            let attempt = attempt(
-                &mut self.connector,
-                &mut self.attempts,
-                &self.io,
-                false,
-                budget,
-            );
-            match self.io.hold(attempt).await? {
+            match self.reach(false, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
                 Held::Done(Ok(connected)) => {
                     return Ok(Phase::Online(connected, Origin::Connecting))
@@ -463,14 +456,7 @@ where
             }
             let left = outage.deadline.saturating_duration_since(Instant::now());
             let budget = left.min(self.bounds.reply_timeout);
-            let attempt = attempt(
-                &mut self.connector,
-                &mut self.attempts,
-                &self.io,
-                true,
-                budget,
-            );
-            match self.io.hold(attempt).await? {
+            match self.reach(true, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
                 Held::Done(Ok(connected)) => {
                     return Ok(Phase::Online(connected, Origin::Outage(outage)))
@@ -519,14 +505,7 @@ where
                 return Err(absence.error);
             }
             let budget = self.bounds.look_interval;
-            let attempt = attempt(
-                &mut self.connector,
-                &mut self.attempts,
-                &self.io,
-                true,
-                budget,
-            );
-            match self.io.hold(attempt).await? {
+            match self.reach(true, budget).await? {
                 Held::Eof => return Err(absence.error),
                 Held::Done(Ok(connected)) => {
                     if !absence.reached {
@@ -554,6 +533,23 @@ where
                 }
             }
         }
+    }
+
+    /// One attempt to reach the app (`resumed`: after a hang-up), within
+    /// `budget`, while the client's lines are held or answered.
+    async fn reach(
+        &mut self,
+        resumed: bool,
+        budget: Duration,
+    ) -> Result<Held<Result<Connected<C::Reader, C::Writer>, BridgeError>>, BridgeError> {
+        let attempt = attempt(
+            &mut self.connector,
+            &mut self.attempts,
+            &self.io,
+            resumed,
+            budget,
+        );
+        self.io.hold(attempt).await
     }
 
     /// What the client is told while `error` keeps the app away.

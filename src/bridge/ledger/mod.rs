@@ -216,6 +216,43 @@ pub(super) enum Early {
     Wait,
 }
 
+impl Early {
+    /// What is decided of a line in progress `len` bytes long: a line still
+    /// undecided past [`UNDECIDED_LIMIT`] goes on as it comes.
+    pub(super) fn for_line(self, len: usize) -> Early {
+        match self {
+            Early::Wait if len > UNDECIDED_LIMIT => Early::Forward,
+            other => other,
+        }
+    }
+
+    /// Applies the decision to the line in progress: kept from `start` (if
+    /// `kept`) to `end` in its side's buffer, decided so far `decided`.
+    /// Taken out, its bytes go and no more are kept.
+    pub(super) fn apply(
+        self,
+        start: usize,
+        end: &mut usize,
+        kept: &mut bool,
+        decided: &mut Option<Early>,
+    ) {
+        match self {
+            Early::Wait => {}
+            Early::Drop => {
+                *end = start;
+                *kept = false;
+                *decided = Some(Early::Drop);
+            }
+            Early::Forward => *decided = Some(Early::Forward),
+        }
+    }
+}
+
+/// Longest start of a line (either way) kept undecided before it is
+/// passed on all the same: a reply whose `id` comes after its `result` (as
+/// the TypeScript SDK writes them) can only be placed at its end.
+pub(super) const UNDECIDED_LIMIT: usize = 64 * 1024;
+
 /// A request of the bridge's own to the app instance (the replay).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Ours {
