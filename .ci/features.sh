@@ -22,10 +22,13 @@ cd "$(dirname "$0")/.."
 # once a build meets its target, its ceiling is the target.
 BRIDGE_ONLY_TARGET=430000
 FULL_TARGET=800000
-# Issue 31 (`--app`, identity from the CLI) added 6.6 KB to the bridge-only
-# build and 10.6 KB to the full one; the ceilings moved by as much.
-BRIDGE_ONLY_LIMIT=466500
-FULL_LIMIT=865500
+# The second session engine and the merges beside it (issues 28-31) took
+# the builds to 512,656 and 919,000 bytes, past the ceilings of then
+# (466,500 and 865,500); issue 32's levers (BENCHMARKS.md, "Lean again")
+# brought them to 501,136 and 892,304. The ceilings are those, rounded up
+# to the next thousand.
+BRIDGE_ONLY_LIMIT=502000
+FULL_LIMIT=893000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's

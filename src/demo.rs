@@ -571,11 +571,8 @@ fn say(out: &mut dyn Write, line: impl AsRef<str>) {
 }
 
 fn millis(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
-        format!("{:.2} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.1} ms", d.as_secs_f64() * 1e3)
-    }
+    let places = if d < Duration::from_millis(10) { 2 } else { 1 };
+    format!("{} ms", crate::decimal::Fixed::millis(d, places))
 }
 
 /// The demo's stand-in for the app: a tiny MCP server behind the real

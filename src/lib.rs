@@ -93,6 +93,8 @@ pub mod app_server;
 pub mod bridge;
 pub mod diag;
 // Who else can redirect a path: the log's directories, the socket's.
+#[cfg(any(feature = "doctor", feature = "log"))]
+mod decimal;
 #[cfg(all(unix, any(feature = "host", feature = "log")))]
 mod dir_trust;
 #[cfg(feature = "doctor")]

@@ -5,6 +5,10 @@
 //! library's.
 
 mod cli;
+// The library's (src/decimal.rs says why it is in both).
+#[cfg(feature = "demo")]
+#[path = "decimal.rs"]
+mod decimal;
 #[cfg(feature = "demo")]
 mod demo;
 

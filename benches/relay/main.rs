@@ -16,11 +16,17 @@
 //! `MCP_BRIDGE_BENCH_ONLY=latency,pipes` (any of latency, spawn, hangup, flow,
 //! pipes, socketpairs) runs only the named scenarios and stdio modes;
 //! `MCP_BRIDGE_BENCH_BRIDGE=<path>` measures another build of the bridge.
+//! `MCP_BRIDGE_BENCH_RECONNECT=1` measures the bridge as CLIs run it (the
+//! session engine) instead of its plain relay (`--no-reconnect`), except for
+//! the hang-up scenario, which times the exit a surviving bridge never makes.
 //!
 //! One concern per file: `plan` (what to run, the rounds), `host` (the echo
 //! host and the watchdog), `session` (spawning a child, `/proc` metrics),
-//! `scenarios` (round trips, hang-up, throughput), `report` (the table).
+//! `scenarios` (round trips, hang-up, throughput), `report` (the table),
+//! `floor` (the throughput floor: two threads with `io::copy`).
 
+#[cfg(unix)]
+mod floor;
 #[cfg(unix)]
 mod host;
 #[cfg(unix)]
@@ -34,6 +40,7 @@ mod session;
 
 #[cfg(unix)]
 fn main() {
+    floor::run_if_asked();
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
     // target without it, with a debug build of the bridge: not a
     // benchmark, and a minute and more of a test run.
@@ -57,7 +64,9 @@ fn main() {
     println!("{}", report::binary_size());
     let failures: usize = results
         .iter()
-        .map(|(_, b, s)| b.failures.len() + s.as_ref().map_or(0, |s| s.failures.len()))
+        .map(|(_, b, s, f)| {
+            b.failures.len() + s.as_ref().map_or(0, |s| s.failures.len()) + f.failures.len()
+        })
         .sum();
     if failures > 0 {
         println!("{} session(s) FAILED (see above)", failures);

@@ -81,6 +81,9 @@ impl Plan {
 pub enum Tool {
     Bridge,
     Socat,
+    /// Two std threads copying with `io::copy` (`crate::floor`): what the
+    /// kernel allows, measured for throughput only (see `run_round`).
+    Floor,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -94,6 +97,7 @@ impl Tool {
         match self {
             Tool::Bridge => "mcp-bridge",
             Tool::Socat => "socat",
+            Tool::Floor => "floor",
         }
     }
 }
@@ -138,19 +142,29 @@ fn run_round(
             None
         }
     };
-    if plan.runs("latency") {
+    // The floor is measured for throughput, CPU and memory only.
+    let flows_only = tool == Tool::Floor;
+    if plan.runs("latency") && !flows_only {
         let r = ping(tool, mode, host, plan, plan.round_trips, out);
         if let Some(f) = note(r, "round trips") {
             out.failures.push(f);
         }
     }
-    for _ in 0..if plan.runs("spawn") { plan.spawns } else { 0 } {
+    for _ in 0..if plan.runs("spawn") && !flows_only {
+        plan.spawns
+    } else {
+        0
+    } {
         let r = ping(tool, mode, host, plan, 1, out);
         if let Some(f) = note(r, "spawn") {
             out.failures.push(f);
         }
     }
-    for _ in 0..if plan.runs("hangup") { plan.hangups } else { 0 } {
+    for _ in 0..if plan.runs("hangup") && !flows_only {
+        plan.hangups
+    } else {
+        0
+    } {
         let r = hang_up(tool, mode, host, plan).map(|t| out.hangup_exit.push(t));
         if let Some(f) = note(r, "hang-up") {
             out.failures.push(f);
@@ -192,9 +206,9 @@ fn run_round(
     }
 }
 
-/// The figures of one stdio mode: mcp-bridge's, and socat's when it is
-/// installed.
-pub type ModeFigures = (Mode, Figures, Option<Figures>);
+/// The figures of one stdio mode: mcp-bridge's, socat's when it is
+/// installed, and the floor's.
+pub type ModeFigures = (Mode, Figures, Option<Figures>, Figures);
 
 /// Runs every round of `plan` against `host`, and returns each stdio mode's
 /// figures and how long the rounds took.
@@ -216,6 +230,7 @@ pub fn run(plan: &Plan, host: &Host, have_socat: bool) -> (Vec<ModeFigures>, Dur
                 } else {
                     None
                 },
+                Figures::default(),
             )
         })
         .collect();
@@ -227,11 +242,17 @@ pub fn run(plan: &Plan, host: &Host, have_socat: bool) -> (Vec<ModeFigures>, Dur
             plan.rounds,
             started.elapsed()
         );
-        for (mode, bridge, socat) in results.iter_mut() {
+        for (mode, bridge, socat, floor) in results.iter_mut() {
             // Alternate which command goes first.
             let mut order: Vec<(Tool, &mut Figures)> = vec![(Tool::Bridge, bridge)];
             if let Some(socat) = socat.as_mut() {
                 order.push((Tool::Socat, socat));
+            }
+            // With pipes, the floor's `io::copy` is a `splice(2)`, which
+            // holds the pipe while it waits for the socket: the deadlock
+            // that keeps the bridge from splicing (BENCHMARKS.md).
+            if *mode == Mode::Socketpairs {
+                order.push((Tool::Floor, floor));
             }
             if round % 2 == 1 {
                 order.reverse();

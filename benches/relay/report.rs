@@ -171,14 +171,17 @@ fn target_text(target: &Target, unit: &str) -> String {
     }
 }
 
+/// The table: every figure of the bridge beside socat's, with the ratio
+/// and the target, then the floor's where it was measured (throughput,
+/// CPU, memory) and the bridge's ratio to it.
 pub fn table(results: &[ModeFigures]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<28} {:<6} {:>11} {:>11} {:>7}  target",
-        "", "unit", "mcp-bridge", "socat", "ratio"
+        "{:<28} {:<6} {:>11} {:>11} {:>7}  {:<10} {:<6} {:>9} {:>7}",
+        "", "unit", "mcp-bridge", "socat", "ratio", "target", "", "floor", "/floor"
     );
-    for (mode, bridge, socat) in results {
+    for (mode, bridge, socat, floor) in results {
         let _ = writeln!(t, "-- stdio as {}", mode.name());
         for row in rows() {
             let b = (row.get)(bridge).map(|v| v * row.scale);
@@ -186,8 +189,9 @@ pub fn table(results: &[ModeFigures]) -> String {
                 .as_ref()
                 .and_then(|f| (row.get)(f))
                 .map(|v| v * row.scale);
-            let ratio = match (b, s) {
-                (Some(b), Some(s)) if s > 0.0 => Some(b / s),
+            let fl = (row.get)(floor).map(|v| v * row.scale);
+            let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                (Some(x), Some(y)) if y > 0.0 => Some(x / y),
                 _ => None,
             };
             let fmt = |v: Option<f64>| match v {
@@ -196,17 +200,20 @@ pub fn table(results: &[ModeFigures]) -> String {
                 Some(v) => format!("{:.3}", v),
                 None => "-".into(),
             };
-            let _ = writeln!(
-                t,
-                "{:<28} {:<6} {:>11} {:>11} {:>7}  {:<10} {}",
+            let times = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}x", r));
+            let line = format!(
+                "{:<28} {:<6} {:>11} {:>11} {:>7}  {:<10} {:<6} {:>9} {:>7}",
                 row.name,
                 row.unit,
                 fmt(b),
                 fmt(s),
-                ratio.map_or("-".into(), |r| format!("{:.2}x", r)),
+                times(ratio(b, s)),
                 target_text(&row.target, row.unit),
-                b.map_or("?", |b| verdict(&row.target, b, ratio)),
+                b.map_or("?", |b| verdict(&row.target, b, ratio(Some(b), s))),
+                fmt(fl),
+                times(ratio(b, fl)),
             );
+            let _ = writeln!(t, "{}", line.trim_end());
         }
     }
     t

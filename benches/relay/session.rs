@@ -29,6 +29,17 @@ pub fn bridge() -> PathBuf {
 const PROJECT: &str = "bench";
 const REQUESTER: &str = "bench";
 
+/// The handshake line the bridge (and the floor) sends.
+pub fn handshake() -> Vec<u8> {
+    Handshake::new(PROJECT, REQUESTER).to_line()
+}
+
+/// `MCP_BRIDGE_BENCH_RECONNECT=1`: the bridge as CLIs run it, not its
+/// plain relay.
+fn reconnecting() -> bool {
+    std::env::var_os("MCP_BRIDGE_BENCH_RECONNECT").map_or(false, |v| v != "0")
+}
+
 /// One spawned child with its stdio, its host thread and its watchdog.
 pub struct Session {
     child: Child,
@@ -45,7 +56,9 @@ pub struct Exit {
     pub eof_to_exit: Duration,
 }
 
-pub fn command(tool: Tool, endpoint: &Path) -> Command {
+/// The command of `tool`; `hangs_up`: for the scenario where the host
+/// hangs up.
+pub fn command(tool: Tool, endpoint: &Path, hangs_up: bool) -> Command {
     match tool {
         Tool::Bridge => {
             let mut c = Command::new(bridge());
@@ -54,12 +67,13 @@ pub fn command(tool: Tool, endpoint: &Path) -> Command {
                 PROJECT,
                 "--requester",
                 REQUESTER,
-                // The hang-up scenario times the exit when the host hangs
-                // up; a surviving bridge reconnects instead, by design. The
-                // relayed path (relay and envelope scanning) is the same
-                // with or without it.
-                "--no-reconnect",
             ]);
+            // The plain relay, unless the session engine is asked for. The
+            // hang-up scenario times the exit when the host hangs up; a
+            // surviving bridge reconnects instead, by design.
+            if hangs_up || !reconnecting() {
+                c.arg("--no-reconnect");
+            }
             // More options for one run, e.g. `--log /tmp/bench.log`.
             if let Ok(extra) = std::env::var("MCP_BRIDGE_BENCH_ARGS") {
                 c.args(extra.split_whitespace());
@@ -71,6 +85,11 @@ pub fn command(tool: Tool, endpoint: &Path) -> Command {
             let mut target = std::ffi::OsString::from("UNIX-CONNECT:");
             target.push(endpoint);
             c.arg("STDIO").arg(target);
+            c
+        }
+        Tool::Floor => {
+            let mut c = Command::new(std::env::current_exe().expect("the benchmark's executable"));
+            c.env(crate::floor::VAR, endpoint);
             c
         }
     }
@@ -85,11 +104,12 @@ impl Session {
         limit: Duration,
     ) -> io::Result<Session> {
         let handshake = match tool {
-            Tool::Bridge => Some(Handshake::new(PROJECT, REQUESTER).to_line()),
+            Tool::Bridge | Tool::Floor => Some(handshake()),
             Tool::Socat => None,
         };
+        let hangs_up = matches!(behaviour, Behaviour::HangUp { .. });
         let host_thread = host.serve_one(handshake, behaviour)?;
-        let mut cmd = command(tool, &host.path);
+        let mut cmd = command(tool, &host.path, hangs_up);
         cmd.stderr(Stdio::inherit());
         let (input, output): (Option<Box<dyn Write + Send>>, Box<dyn Read + Send>);
         let spawned;

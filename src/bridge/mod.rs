@@ -361,12 +361,15 @@ where
     W: AsyncWrite + Unpin,
 {
     let connector = EndpointConnector { config, log };
-    if !config.reconnect {
-        return plain::run(config, connector, stdin, stdout, hangups, log).await;
-    }
-    session::Session::new(config, connector, stdin, stdout, hangups, log)
-        .run()
-        .await
+    // Either way a boxed future of its own, polled through a pointer: the
+    // caller's future holds a box, not the union of both (-864 bytes).
+    let run: Pin<Box<dyn Future<Output = Result<Ending, BridgeError>> + '_>> = if !config.reconnect
+    {
+        Box::pin(plain::run(config, connector, stdin, stdout, hangups, log))
+    } else {
+        Box::pin(session::Session::new(config, connector, stdin, stdout, hangups, log).run())
+    };
+    run.await
 }
 
 /// The streams and watchers the session and the plain relay hand to

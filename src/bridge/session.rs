@@ -33,6 +33,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -191,10 +192,10 @@ where
         let mut phase = Phase::Connecting;
         loop {
             phase = match phase {
-                Phase::Connecting => self.connecting().await?,
-                Phase::Online(connected, origin) => self.online(connected, origin).await?,
-                Phase::Resuming(outage) => self.resuming(outage).await?,
-                Phase::Absent(absence) => self.absent(absence).await?,
+                Phase::Connecting => boxed(self.connecting()).await?,
+                Phase::Online(connected, origin) => boxed(self.online(connected, origin)).await?,
+                Phase::Resuming(outage) => boxed(self.resuming(outage)).await?,
+                Phase::Absent(absence) => boxed(self.absent(absence)).await?,
                 Phase::Done(ending) => return Ok(ending),
             };
         }
@@ -274,14 +275,14 @@ where
             up_tap: &mut self.io.up_tap,
             down_tap: &mut self.io.down_tap,
         };
-        let end = online::relay(
+        let end = boxed(online::relay(
             &mut self.io.client,
             &mut app,
             reader,
             writer,
             &mut self.io.stdout,
             link,
-        )
+        ))
         .await?;
         match end {
             End::Done(ending) => {
@@ -613,6 +614,14 @@ fn attempt<'c, C: Connector, R, W>(
         }
         connected
     }
+}
+
+/// A phase (or the relay) as a future of its own, polled through a
+/// pointer: the session's future then holds one box instead of the union
+/// of every phase's state, and its code is 5.5 KB smaller (bridge-only
+/// build). One allocation per phase, beside a connection's many.
+fn boxed<'f, T>(f: impl Future<Output = T> + 'f) -> Pin<Box<dyn Future<Output = T> + 'f>> {
+    Box::pin(f)
 }
 
 /// Whether waiting may cure a failed attempt: nothing serves the endpoint

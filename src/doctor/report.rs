@@ -429,7 +429,7 @@ fn ms(d: Duration) -> f64 {
 
 /// Milliseconds as the text report shows them.
 fn millis(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    format!("{} ms", crate::decimal::Fixed::millis(d, 1))
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use super::raw::{cut, members, text_member, NAME_BYTES};
 use super::report::{Budget, Ignored, Listing, Report, ServerInfo, Status, Step};
 use super::{platform, Config, CLAUDE_CODE_BUDGET, CODEX_BUDGET};
 use crate::bridge::BridgeError;
+use crate::decimal::Fixed;
 use crate::endpoint::{self, Reader, Writer};
 use crate::traffic_log::{LogOptions, TrafficLog};
 
@@ -400,7 +401,7 @@ impl Checker<'_> {
     /// Judges the start-up time (connect to tool list) against each CLI's
     /// budget: the last step.
     fn budgets(&mut self, startup: Duration) -> Result<(), Stop> {
-        let took = format!("{:.1} ms", startup.as_secs_f64() * 1e3);
+        let took = format!("{} ms", Fixed::millis(startup, 1));
         let mut step = Step::new(
             "start-up budget",
             None,
@@ -531,7 +532,7 @@ fn snippets(config: &Config, server_name: Option<&str>) -> Snippets {
             option(flag, value.clone());
         }
     }
-    let seconds = |d: Duration| d.as_secs_f64().to_string();
+    let seconds = crate::decimal::seconds;
     if let Some(limit) = config.connect_timeout {
         option("--connect-timeout", seconds(limit));
     }
@@ -644,7 +645,7 @@ fn describe_names(listing: &Listing, noun: &str) -> String {
 fn describe_bytes(bytes: usize) -> String {
     match bytes {
         b if b < 1024 => format!("{} bytes", b),
-        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+        b if b < 1024 * 1024 => format!("{} KiB", Fixed::ratio(b as u64, 1024, 1)),
+        b => format!("{} MiB", Fixed::ratio(b as u64, 1024 * 1024, 1)),
     }
 }

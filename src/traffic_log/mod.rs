@@ -493,7 +493,7 @@ struct Millis(Duration);
 
 impl fmt::Display for Millis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.1} ms", self.0.as_secs_f64() * 1e3)
+        write!(f, "{} ms", crate::decimal::Fixed::millis(self.0, 1))
     }
 }
 

@@ -238,11 +238,13 @@ fn prune(dir: &Path) {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".answers"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
-    if files.len() <= FILE_LIMIT {
-        return;
-    }
-    files.sort();
-    for (_, path) in &files[..files.len() - FILE_LIMIT] {
+    // The oldest go one at a time, found by a scan: a save adds one file,
+    // so there is one to remove, rarely more, and a sort's code is 4 KB.
+    while files.len() > FILE_LIMIT {
+        let oldest = (0..files.len())
+            .min_by(|&a, &b| files[a].cmp(&files[b]))
+            .expect("more files than the limit");
+        let (_, path) = files.swap_remove(oldest);
         let _ = std::fs::remove_file(path);
     }
 }
