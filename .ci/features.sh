@@ -25,10 +25,12 @@ FULL_TARGET=800000
 # The second session engine and the merges beside it (issues 28-31) took
 # the builds to 512,656 and 919,000 bytes, past the ceilings of then
 # (466,500 and 865,500); issue 32's levers (BENCHMARKS.md, "Lean again")
-# brought them to 501,136 and 892,304. The ceilings are those, rounded up
-# to the next thousand.
-BRIDGE_ONLY_LIMIT=502000
-FULL_LIMIT=893000
+# brought them to 501,136 and 892,304; the session engine's last fixes
+# (an unread request sent again, a batch of late replies) add about 2 KB:
+# 503,240 and 893,656. The ceilings are those, rounded up to the next
+# thousand.
+BRIDGE_ONLY_LIMIT=504000
+FULL_LIMIT=894000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's
