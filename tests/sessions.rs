@@ -965,6 +965,12 @@ fn a_hot_reload_survives_every_restart_and_a_crash_loop_is_bounded() {
         crashing.stop().await;
         let mut healed = Host::start(&socket, Script::named("healed"));
         healed.got_method("initialize").await;
+        // Until the instance has taken the session, requests are still
+        // answered at once: the bridge says when it has.
+        client
+            .stderr
+            .wait_for("took the session", Duration::from_secs(5))
+            .await;
         client.call(201, "healed?", "healed").await;
         client.finish_well().await;
         healed.stop().await;
@@ -1300,7 +1306,7 @@ fn the_reconnect_timeout_is_held_and_the_bridge_goes_on_looking() {
         let mut back = Host::start(&socket, Script::named("back"));
         client
             .stderr
-            .wait_for("reached the app", Duration::from_secs(5))
+            .wait_for("took the session", Duration::from_secs(5))
             .await;
         client.call(5, "back", "back").await;
         back.got_method("tools/call").await;
@@ -1659,7 +1665,7 @@ fn server_discover_is_answered_from_the_cache_while_the_app_is_away() {
         // racing its look.
         client
             .stderr
-            .wait_for("reached the app", Duration::from_millis(2500))
+            .wait_for("took the session", Duration::from_millis(2500))
             .await;
         Timer::at(started + Duration::from_secs(9)).await;
         client
@@ -1691,7 +1697,7 @@ fn without_a_cache_discover_gets_the_reason_in_time_and_the_bridge_keeps_looking
         let mut app = Host::start(&socket, modern_app("later"));
         client
             .stderr
-            .wait_for("reached the app", Duration::from_secs(5))
+            .wait_for("took the session", Duration::from_secs(5))
             .await;
         client
             .send(&modern(json!(2), "tools/list", json!({})))

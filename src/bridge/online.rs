@@ -57,6 +57,9 @@ pub(super) struct Link<'a> {
     /// When the instance must have answered the replayed `initialize`, if
     /// it is to take the session back.
     pub(super) taking_back: Option<Instant>,
+    /// What to say on stderr once the instance has taken the session back
+    /// (the end of an absence).
+    pub(super) back: Option<String>,
     pub(super) drain_grace: Duration,
     pub(super) hangups: Option<&'a Hangups>,
     pub(super) log: Option<&'a TrafficLog>,
@@ -84,6 +87,7 @@ where
         ledger,
         preamble,
         taking_back,
+        back,
         drain_grace,
         hangups,
         log,
@@ -98,6 +102,7 @@ where
         ledger,
         preamble,
         taking_back,
+        back,
         drain_grace,
         &signals,
         log,
@@ -181,6 +186,7 @@ async fn up<R, AW>(
     ledger: &RefCell<Ledger>,
     preamble: Vec<u8>,
     mut taking_back: Option<Instant>,
+    mut back: Option<String>,
     eof_grace: Duration,
     signals: &Signals,
     log: Option<&TrafficLog>,
@@ -208,6 +214,9 @@ where
                     // on (it was answered at once, if the app was absent).
                     client.go_online(&mut ledger);
                     signals.down.wake();
+                    if let Some(back) = back.take() {
+                        super::say(log, &back);
+                    }
                 }
                 Some(TakenBack::Rejected(why)) => {
                     return Ok(Up::NotTakenBack(

@@ -259,9 +259,20 @@ where
             Origin::Absent(_) => Instant::now() + self.bounds.reply_timeout,
         };
         // An instance reached while the app was absent has yet to take the
-        // session: until it does, requests are still answered at once.
+        // session: until it does, requests are still answered at once, and
+        // the end of the absence is said when it has.
+        let mut back = match &origin {
+            Origin::Absent(_) => Some(format!(
+                "the app at '{}' took the session: the session goes on",
+                self.config.endpoint.display()
+            )),
+            _ => None,
+        };
         if !(taking_back && matches!(origin, Origin::Absent(_))) {
             self.io.client.go_online(&mut self.io.ledger.borrow_mut());
+            if let Some(back) = back.take() {
+                say(self.io.log, &back);
+            }
         }
         let mut app = AppSide::default();
         let started = Instant::now();
@@ -269,6 +280,7 @@ where
             ledger: &self.io.ledger,
             preamble,
             taking_back: if taking_back { Some(patience) } else { None },
+            back,
             drain_grace: self.config.drain_grace,
             hangups: self.io.hangups,
             log: self.io.log,
@@ -514,7 +526,7 @@ where
                         say(
                             self.io.log,
                             &format!(
-                                "reached the app at '{}': the session goes on",
+                                "reached the app at '{}': handing it the session",
                                 self.config.endpoint.display()
                             ),
                         );
