@@ -315,7 +315,7 @@ pub fn run(config: &Config) -> Result<Ending, BridgeError> {
     if let Some(log) = &log {
         log.start();
     }
-    let ended = smol::block_on(async {
+    let ended = async_io::block_on(async {
         let session = session(config, stdin, stdout, Some(&hangups), log.as_ref());
         let gone = async {
             hangups.output_gone().await;
