@@ -733,6 +733,23 @@ impl Stderr {
         }
     }
 
+    /// Waits, within `limit`, until any line so far contains `needle`
+    /// (wherever the last [`Stderr::wait_for`] left off).
+    async fn said(&mut self, needle: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.text().contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let what = format!(
+                "{:?} on the bridge's stderr (so far: {:?})",
+                needle, self.seen
+            );
+            match within_limit(left, &what, self.lines.recv()).await {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("stderr ended before {}", what),
+            }
+        }
+    }
+
     /// All of stderr so far.
     fn text(&mut self) -> String {
         while let Ok(line) = self.lines.try_recv() {
@@ -1390,7 +1407,6 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                     m["params"]["data"].to_string()
                 })
                 .collect();
-            let stderr_text = client.stderr.text();
             for lost in ["2024-11-05", "resources", "prompts", "log"] {
                 assert!(
                     warnings.iter().any(|w| w.contains(lost)),
@@ -1398,7 +1414,9 @@ fn what_a_changed_app_lost_is_said_and_not_replayed() {
                     lost,
                     warnings
                 );
-                assert!(stderr_text.contains(lost), "{}: {}", lost, stderr_text);
+                // stderr is written by its own thread: it may come a little
+                // after the warning on stdout.
+                client.stderr.said(lost, Duration::from_secs(5)).await;
             }
             for line in second.lines() {
                 let method = &line["method"];
