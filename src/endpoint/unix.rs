@@ -191,7 +191,6 @@ pub(crate) fn peer_uid(_stream: &impl AsFd) -> io::Result<u32> {
 /// The serving process's pid (Linux) and the socket file's inode, hashed
 /// together (see [`super::instance`]).
 pub(super) fn instance(path: &Path, reader: &Reader) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
     let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let pid = rustix::net::sockopt::socket_peercred(reader.socket.get_ref())
