@@ -23,7 +23,7 @@ pub fn run_if_asked() {
         None => return,
     };
     let mut app = UnixStream::connect(endpoint).expect("floor: cannot connect");
-    app.write_all(&crate::session::handshake())
+    app.write_all(&crate::plan::handshake())
         .expect("floor: cannot send the handshake");
     let mut up = app.try_clone().expect("floor: cannot clone the socket");
     let stdin = std::thread::spawn(move || {

@@ -20,8 +20,9 @@
 //! session engine) instead of its plain relay (`--no-reconnect`), except for
 //! the hang-up scenario, which times the exit a surviving bridge never makes.
 //!
-//! One concern per file: `plan` (what to run, the rounds), `host` (the echo
-//! host and the watchdog), `session` (spawning a child, `/proc` metrics),
+//! One concern per file: `plan` (what to run, what is measured, the
+//! units: shared by all, importing none), `rounds` (the rounds that
+//! alternate the commands), `host` (the echo host and the watchdog), `session` (spawning a child, `/proc` metrics),
 //! `scenarios` (round trips, hang-up, throughput), `report` (the table),
 //! `floor` (the throughput floor: two threads with `io::copy`).
 
@@ -33,6 +34,8 @@ mod host;
 mod plan;
 #[cfg(unix)]
 mod report;
+#[cfg(unix)]
+mod rounds;
 #[cfg(unix)]
 mod scenarios;
 #[cfg(unix)]
@@ -54,7 +57,7 @@ fn main() {
         eprintln!("socat not found: measuring mcp-bridge alone (apt-get install socat)");
     }
     let host = host::Host::new().expect("cannot create the echo host's socket");
-    let (results, took) = plan::run(&plan, &host, have_socat);
+    let (results, took) = rounds::run(&plan, &host, have_socat);
     println!();
     println!(
         "mcp-bridge vs socat STDIO UNIX-CONNECT, {} round(s), {:.0?}",

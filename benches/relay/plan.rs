@@ -1,26 +1,25 @@
-//! What one run does (the plan, from the environment), and the rounds that
-//! alternate mcp-bridge and socat session by session.
+//! What one run does (the plan, from the environment), what it measures
+//! (the figures), and the units: the data every other file of the
+//! benchmark shares, depending on none of them.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::host::Host;
-use crate::scenarios::{flow, hang_up, pattern, ping, Stream};
+use mcp_bridge::handshake::Handshake;
 
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
-const GIB: f64 = (1024 * MIB) as f64;
+pub const GIB: f64 = (1024 * MIB) as f64;
 
 /// How much work one run does.
 pub struct Plan {
     pub rounds: usize,
-    round_trips: usize,
-    spawns: usize,
-    hangups: usize,
+    pub round_trips: usize,
+    pub spawns: usize,
+    pub hangups: usize,
     /// Bytes per throughput session with 64 KiB and 1 MiB lines.
-    stream_bytes: u64,
+    pub stream_bytes: u64,
     /// Length of the one-line session.
-    huge_line: u64,
+    pub huge_line: u64,
     /// A session taking longer than this has stalled and is killed.
     pub stall_limit: Duration,
     /// `MCP_BRIDGE_BENCH_ONLY`: scenarios and modes to run (all if none
@@ -67,7 +66,7 @@ impl Plan {
     }
 
     /// Whether `what` (a scenario or a mode, one of `kinds`) is to run.
-    fn wants(&self, what: &str, kinds: &[&str]) -> bool {
+    pub fn wants(&self, what: &str, kinds: &[&str]) -> bool {
         let named = |w: &str| self.only.iter().any(|o| o == w);
         !kinds.iter().any(|k| named(k)) || named(what)
     }
@@ -126,141 +125,14 @@ pub struct Figures {
     pub failures: Vec<String>,
 }
 
-fn run_round(
-    tool: Tool,
-    mode: Mode,
-    host: &Host,
-    plan: &Plan,
-    pattern: &Arc<Vec<u8>>,
-    out: &mut Figures,
-) {
-    let note = |r: Result<(), String>, what: &str| {
-        if let Err(e) = r {
-            eprintln!("  {} {} {}: {}", tool.name(), mode.name(), what, e);
-            Some(format!("{}: {}", what, e))
-        } else {
-            None
-        }
-    };
-    // The floor is measured for throughput, CPU and memory only.
-    let flows_only = tool == Tool::Floor;
-    if plan.runs("latency") && !flows_only {
-        let r = ping(tool, mode, host, plan, plan.round_trips, out);
-        if let Some(f) = note(r, "round trips") {
-            out.failures.push(f);
-        }
-    }
-    for _ in 0..if plan.runs("spawn") && !flows_only {
-        plan.spawns
-    } else {
-        0
-    } {
-        let r = ping(tool, mode, host, plan, 1, out);
-        if let Some(f) = note(r, "spawn") {
-            out.failures.push(f);
-        }
-    }
-    for _ in 0..if plan.runs("hangup") && !flows_only {
-        plan.hangups
-    } else {
-        0
-    } {
-        let r = hang_up(tool, mode, host, plan).map(|t| out.hangup_exit.push(t));
-        if let Some(f) = note(r, "hang-up") {
-            out.failures.push(f);
-        }
-    }
-    let streams = [
-        Stream {
-            line_len: 64 * KIB,
-            lines: plan.stream_bytes / (64 * KIB),
-        },
-        Stream {
-            line_len: MIB,
-            lines: plan.stream_bytes / MIB,
-        },
-        Stream {
-            line_len: plan.huge_line,
-            lines: 1,
-        },
-    ];
-    for (k, stream) in streams.iter().enumerate().filter(|_| plan.runs("flow")) {
-        match flow(tool, mode, host, plan, pattern, *stream) {
-            Ok(f) => {
-                let secs = f.elapsed.as_secs_f64();
-                out.rate[k].push(stream.total() as f64 / MIB as f64 / secs);
-                if let Some(ns) = f.cpu_ns {
-                    out.cpu[k].push(ns as f64 / 1e9 / (stream.total() as f64 / GIB));
-                }
-                if let (2, Some(rss)) = (k, f.peak_rss) {
-                    out.rss_huge.push(rss as f64);
-                }
-                out.eof_exit.push(f.exit.eof_to_exit.as_secs_f64());
-            }
-            Err(e) => {
-                let what = ["64 KiB lines", "1 MiB lines", "one huge line"][k];
-                eprintln!("  {} {} {}: {}", tool.name(), mode.name(), what, e);
-                out.failures.push(format!("{}: {}", what, e));
-            }
-        }
-    }
-}
-
 /// The figures of one stdio mode: mcp-bridge's, socat's when it is
 /// installed, and the floor's.
 pub type ModeFigures = (Mode, Figures, Option<Figures>, Figures);
 
-/// Runs every round of `plan` against `host`, and returns each stdio mode's
-/// figures and how long the rounds took.
-pub fn run(plan: &Plan, host: &Host, have_socat: bool) -> (Vec<ModeFigures>, Duration) {
-    let pattern = Arc::new(pattern());
-    let modes: Vec<Mode> = [Mode::Pipes, Mode::Socketpairs]
-        .iter()
-        .copied()
-        .filter(|m| plan.wants(m.name(), &["pipes", "socketpairs"]))
-        .collect();
-    let mut results: Vec<ModeFigures> = modes
-        .iter()
-        .map(|&m| {
-            (
-                m,
-                Figures::default(),
-                if have_socat {
-                    Some(Figures::default())
-                } else {
-                    None
-                },
-                Figures::default(),
-            )
-        })
-        .collect();
-    let started = Instant::now();
-    for round in 0..plan.rounds {
-        eprintln!(
-            "round {}/{} ({:.0?} so far)",
-            round + 1,
-            plan.rounds,
-            started.elapsed()
-        );
-        for (mode, bridge, socat, floor) in results.iter_mut() {
-            // Alternate which command goes first.
-            let mut order: Vec<(Tool, &mut Figures)> = vec![(Tool::Bridge, bridge)];
-            if let Some(socat) = socat.as_mut() {
-                order.push((Tool::Socat, socat));
-            }
-            // With pipes, the floor's `io::copy` is a `splice(2)`, which
-            // holds the pipe while it waits for the socket: the deadlock
-            // that keeps the bridge from splicing (BENCHMARKS.md).
-            if *mode == Mode::Socketpairs {
-                order.push((Tool::Floor, floor));
-            }
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for (tool, figures) in order {
-                run_round(tool, *mode, host, plan, &pattern, figures);
-            }
-        }
-    }
-    (results, started.elapsed())
+pub const PROJECT: &str = "bench";
+pub const REQUESTER: &str = "bench";
+
+/// The handshake line the bridge (and the floor) sends.
+pub fn handshake() -> Vec<u8> {
+    Handshake::new(PROJECT, REQUESTER).to_line()
 }

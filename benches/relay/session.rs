@@ -11,11 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mcp_bridge::handshake::Handshake;
 use rustix::process::{Pid, WaitId, WaitIdOptions};
 
 use crate::host::{broken, Behaviour, Host, Watchdog};
-use crate::plan::{Mode, Tool, KIB};
+use crate::plan::{handshake, Mode, Tool, KIB, PROJECT, REQUESTER};
 
 /// The binary `cargo bench` built with the bench (release) profile,
 /// unless `MCP_BRIDGE_BENCH_BRIDGE` names another build to measure.
@@ -24,14 +23,6 @@ pub fn bridge() -> PathBuf {
         || PathBuf::from(env!("CARGO_BIN_EXE_mcp-bridge")),
         PathBuf::from,
     )
-}
-
-const PROJECT: &str = "bench";
-const REQUESTER: &str = "bench";
-
-/// The handshake line the bridge (and the floor) sends.
-pub fn handshake() -> Vec<u8> {
-    Handshake::new(PROJECT, REQUESTER).to_line()
 }
 
 /// `MCP_BRIDGE_BENCH_RECONNECT=1`: the bridge as CLIs run it, not its
