@@ -194,7 +194,7 @@ where
     })
     .await;
 
-    let mut server_out = match up_ended {
+    let server_out = match up_ended {
         Err(down_result) => return down_ending(down_result),
         Ok(Ok(server_out)) => server_out,
         // The server is gone while the client is not: what it sent before
@@ -209,30 +209,8 @@ where
         Ok(Err(e)) => return Err(e),
     };
 
-    // Client EOF: tell the server (half-close) and drain in-flight replies,
-    // the close and the drain both bounded by one deadline. The close gets
-    // no say in when the drain ends: a close that waits (a pipe's flush, with
-    // a server that stopped reading) must not hold the deadline back.
-    let half_close = async move {
-        // An error here means the server is already gone, which the drain
-        // observes as its EOF.
-        let _ = server_out.close().await;
-        // `close` shuts a socket's writing side down, but for a pipe (a
-        // child's stdin) it only flushes: its reader sees EOF once the
-        // last descriptor of the writing end is closed, which is ours,
-        // dropped here rather than when the drain ends.
-        drop(server_out);
-        future::pending().await
-    };
-    let deadline = async {
-        Timer::after(drain_grace).await;
-        None
-    };
-    let drained = future::or(
-        async { Some((&mut down).await) },
-        future::or(half_close, deadline),
-    )
-    .await;
+    // Client EOF: tell the server (half-close) and drain in-flight replies.
+    let drained = close_and_drain(server_out, &mut down, drain_grace).await;
     match drained {
         None => Ok(Ending::ClientClosed { drained: false }),
         Some(result) => match down_ending(result)? {
@@ -240,6 +218,41 @@ where
             other => Ok(other),
         },
     }
+}
+
+/// At the client's EOF: half-closes `writer` (the server's side) and waits
+/// for `drain` (the replies in flight), the close and the drain both bounded
+/// by one `grace`; `None` when it ran out first. The close gets no say in
+/// when the drain ends: a close that waits (a pipe's flush, with a server
+/// that stopped reading) must not hold the deadline back.
+pub(crate) async fn close_and_drain<W, T>(
+    mut writer: W,
+    drain: impl std::future::Future<Output = T>,
+    grace: Duration,
+) -> Option<T>
+where
+    W: AsyncWrite + Unpin,
+{
+    let half_close = async move {
+        // An error here means the server is already gone, which the drain
+        // observes as its EOF.
+        let _ = writer.close().await;
+        // `close` shuts a socket's writing side down, but for a pipe (a
+        // child's stdin) it only flushes: its reader sees EOF once the
+        // last descriptor of the writing end is closed, which is ours,
+        // dropped here rather than when the drain ends.
+        drop(writer);
+        future::pending().await
+    };
+    let deadline = async {
+        Timer::after(grace).await;
+        None
+    };
+    future::or(
+        async { Some(drain.await) },
+        future::or(half_close, deadline),
+    )
+    .await
 }
 
 /// Maps the end of the server-to-client pump to the relay's ending.

@@ -137,23 +137,8 @@ where
         },
         // Client EOF: tell the app (half-close) and drain in-flight
         // replies, both within one deadline.
-        Up::Eof(mut writer) => {
-            let half_close = async move {
-                let _ = writer.close().await;
-                // A pipe's reader sees its end once the last descriptor of
-                // the writing end is closed: this one.
-                drop(writer);
-                future::pending::<Option<Result<Down, BridgeError>>>().await
-            };
-            let deadline = async {
-                Timer::after(drain_grace).await;
-                None
-            };
-            let drained = future::or(
-                async { Some((&mut down).await) },
-                future::or(half_close, deadline),
-            )
-            .await;
+        Up::Eof(writer) => {
+            let drained = crate::relay::close_and_drain(writer, &mut down, drain_grace).await;
             Ok(End::Done(match drained {
                 None => Ending::ClientClosed { drained: false },
                 Some(Ok(Down::HungUp)) => Ending::ClientClosed { drained: true },

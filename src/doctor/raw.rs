@@ -48,19 +48,8 @@ pub(super) fn for_each_element(array: &str, mut each: impl FnMut(&str)) -> bool 
 /// costs its length and no stack.
 pub(super) fn nesting_depth(json: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in json.as_bytes() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    crate::envelope::for_each_outside_strings(json.as_bytes(), 0, |_, b| {
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -68,7 +57,8 @@ pub(super) fn nesting_depth(json: &str) -> usize {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
-    }
+        true
+    });
     deepest
 }
 

@@ -105,8 +105,34 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
             each(&element[start..=end]);
         }
     };
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut depth = 0usize;
     let mut from = open + 1;
+    for_each_outside_strings(json, from, |i, b| {
+        match b {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b',' | b']' if depth == 0 => {
+                emit(&json[from..i]);
+                from = i + 1;
+                return b != b']';
+            }
+            _ => {}
+        }
+        true
+    });
+    true
+}
+
+/// Calls `each` with the index and value of every byte of `json` from
+/// `from` on that is outside a string (its quotes included in the
+/// string), until `each` returns `false`: the structure of a JSON text,
+/// walked once for the array walker here and doctor's nesting depth.
+pub(crate) fn for_each_outside_strings(
+    json: &[u8],
+    from: usize,
+    mut each: impl FnMut(usize, u8) -> bool,
+) {
+    let (mut in_string, mut escaped) = (false, false);
     for (i, &b) in json.iter().enumerate().skip(from) {
         if in_string {
             match b {
@@ -115,23 +141,12 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
                 b'"' => in_string = false,
                 _ => {}
             }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth > 0 => depth -= 1,
-            b',' | b']' if depth == 0 => {
-                emit(&json[from..i]);
-                from = i + 1;
-                if b == b']' {
-                    break;
-                }
-            }
-            _ => {}
+        } else if b == b'"' {
+            in_string = true;
+        } else if !each(i, b) {
+            return;
         }
     }
-    true
 }
 
 /// Appends `text` as a JSON string, escaped exactly as `serde_json`

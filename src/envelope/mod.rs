@@ -63,7 +63,7 @@ pub(crate) use error_line::error_response_line;
 pub(crate) use error_line::{array_of_errors, push_error_response};
 use fast::{find_newline, skip_string, StringEnd, CLOSE, NESTED, OPEN, PLAIN, QUOTE, SCALAR_END};
 #[cfg(feature = "doctor")]
-pub(crate) use json::for_each_array_element;
+pub(crate) use json::{for_each_array_element, for_each_outside_strings};
 use values::{is_valid_id, unescape};
 
 /// Longest `id` captured, in raw bytes as written (quotes and escapes
