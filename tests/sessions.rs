@@ -1255,28 +1255,53 @@ fn a_replayed_subscribe_the_new_instance_ignores_does_not_cost_the_session() {
 /// "A request sent just after the app died", that no app received: it
 /// reaches the new instance and gets its answer, not an error. The host is
 /// SIGKILLed and the request written right after the kill. [`ROUNDS`]
-/// times.
+/// times in each era: a legacy session (`initialize`, replayed to the new
+/// instance) and a 2026-07-28 one (`_meta` on every request, nothing
+/// replayed).
 #[test]
 fn a_request_sent_just_after_the_app_died_reaches_the_new_instance() {
     let (_dir, socket) = setup("afterkill");
-    for round in 0..ROUNDS {
-        smol::block_on(async {
-            let mut first = Host::spawn(&socket, Script::named("first")).await;
-            let mut client = Client::spawn(&socket, &[]);
-            client.open().await;
-            client.call(2, "before", "first").await;
-            first.sigkill();
-            client.send(&call(3, "just after")).await;
-            first.reaped().await;
-            let got: Vec<Value> = first.lines().into_iter().filter(|l| l["id"] == 3).collect();
-            assert!(got.is_empty(), "the killed host read it: {:?}", got);
-            let mut second = Host::spawn(&socket, Script::named("second")).await;
-            client.answered(3, "second").await;
-            client.finish_well().await;
-            second.got_method("tools/call").await;
-            second.stop().await;
-        });
-        eprintln!("just after: round {} of {} passed", round + 1, ROUNDS);
+    for legacy in [true, false] {
+        let era = if legacy { "legacy" } else { "2026-07-28" };
+        let script = |name: &str| match legacy {
+            true => Script::named(name),
+            false => modern_app(name),
+        };
+        let request = |id: u32, text: &str| match legacy {
+            true => call(id, text),
+            false => {
+                let params = json!({"name": "echo", "arguments": {"text": text}});
+                modern(json!(id), "tools/call", params)
+            }
+        };
+        for round in 0..ROUNDS {
+            smol::block_on(async {
+                let mut first = Host::spawn(&socket, script("first")).await;
+                let mut client = Client::spawn(&socket, &[]);
+                if legacy {
+                    client.open().await;
+                }
+                client.send(&request(2, "before")).await;
+                client.answered(2, "first").await;
+                first.sigkill();
+                client.send(&request(3, "just after")).await;
+                first.reaped().await;
+                let got: Vec<Value> = first.lines().into_iter().filter(|l| l["id"] == 3).collect();
+                assert!(got.is_empty(), "the killed host read it: {:?}", got);
+                let mut second = Host::spawn(&socket, script("second")).await;
+                client.answered(3, "second").await;
+                client.finish_well().await;
+                let received = second.got_method("tools/call").await;
+                assert_eq!(received["id"], 3, "{}: the client's own id", era);
+                second.stop().await;
+            });
+            eprintln!(
+                "just after ({}): round {} of {} passed",
+                era,
+                round + 1,
+                ROUNDS
+            );
+        }
     }
 }
 
