@@ -30,9 +30,11 @@ FULL_TARGET=800000
 # 503,240 and 893,656; the bridge-only build on async-io's block_on
 # without smol (a shorter build, +440 bytes) and the stderr line that
 # says when an instance took the session after an absence: 504,320 and
-# 894,416. The ceilings are those, rounded up to the next thousand.
-BRIDGE_ONLY_LIMIT=505000
-FULL_LIMIT=895000
+# 894,416; the cache's directory held open while its files are opened in
+# it (openat, renameat): 505,296 and 895,752. The ceilings are those,
+# rounded up to the next thousand.
+BRIDGE_ONLY_LIMIT=506000
+FULL_LIMIT=896000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's

@@ -300,6 +300,21 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_named_through_a_link_is_not_used() {
+        let target = dir();
+        std::fs::create_dir_all(&target).unwrap();
+        let link = target.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut cache = Cache::open(Some(&link), Path::new("/run/a.sock"), "p");
+        cache.save_initialize(b"{}");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        assert!(cache.file.is_none());
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&target);
+    }
+
+    #[test]
     fn a_directory_others_can_write_is_not_used() {
         use std::os::unix::fs::PermissionsExt;
         let dir = dir();

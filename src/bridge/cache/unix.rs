@@ -1,10 +1,16 @@
-//! The cache's files on Unix: an owner-only directory of ours, files
+//! The cache's files on Unix: an owner-only directory of ours, held open
+//! while its files are read or written in it (`openat`, `renameat`), files
 //! opened without following symbolic links, written whole and renamed.
 
-use std::fs::{self, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::io::Errno;
 
 /// `$XDG_CACHE_HOME` (when absolute) or `~/.cache`; `~/Library/Caches` on
 /// macOS.
@@ -27,56 +33,65 @@ fn me() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-/// The directory exists (created `0700` if not), is a directory (not a
-/// link to one), is ours and not writable by anyone else.
-fn private_dir(dir: &Path) -> io::Result<()> {
-    match fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
+/// Opens the directory (created `0700` if `create` and missing), not
+/// through a link at its own name, and checks what was opened, not the
+/// path: a directory of ours that no one else can write. Its files are then
+/// opened in the directory held, so a parent another user can write cannot
+/// swap it between the look and the use.
+fn private_dir(dir: &Path, create: bool) -> io::Result<OwnedFd> {
+    if create {
+        match fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
     }
-    let meta = fs::symlink_metadata(dir)?;
-    if !meta.file_type().is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::Other,
-            "it is not a directory",
-        ));
-    }
-    if meta.uid() != me() {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let held = match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
+        Ok(held) => held,
+        Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+            return Err(io::Error::new(
+                io::ErrorKind::Other,
+                "it is not a directory (or it is a symbolic link to one)",
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&held)?;
+    if stat.st_uid != me() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("it belongs to uid {}, not to you", meta.uid()),
+            format!("it belongs to uid {}, not to you", stat.st_uid),
         ));
     }
-    if meta.mode() & 0o022 != 0 {
+    if Mode::from_raw_mode(stat.st_mode).intersects(Mode::WGRP | Mode::WOTH) {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             "others can write it",
         ));
     }
-    Ok(())
+    Ok(held)
 }
 
-fn no_follow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+fn parts(file: &Path) -> (&Path, &OsStr) {
+    let dir = file.parent().unwrap_or_else(|| Path::new("."));
+    (dir, file.file_name().unwrap_or_default())
 }
 
 /// Reads a file of ours, at most `limit` bytes.
 pub(super) fn read_private(file: &Path, limit: usize) -> io::Result<Vec<u8>> {
-    if let Some(dir) = file.parent() {
-        if fs::symlink_metadata(dir).is_err() {
-            return Err(io::ErrorKind::NotFound.into());
-        }
-        private_dir(dir)?;
+    let (dir, name) = parts(file);
+    if fs::symlink_metadata(dir).is_err() {
+        return Err(io::ErrorKind::NotFound.into());
     }
-    let opened = OpenOptions::new()
-        .read(true)
-        .custom_flags(no_follow())
-        .open(file)?;
+    let dir = private_dir(dir, false)?;
+    // Non-blocking: a FIFO put there fails at once instead of hanging us.
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let opened = File::from(rustix::fs::openat(&dir, name, flags, Mode::empty())?);
     let meta = opened.metadata()?;
     if !meta.is_file() || meta.uid() != me() {
         return Err(io::Error::new(
@@ -90,29 +105,23 @@ pub(super) fn read_private(file: &Path, limit: usize) -> io::Result<Vec<u8>> {
 }
 
 /// Writes a file of ours whole: a new `0600` file beside it, renamed over
-/// it.
+/// it, both in the directory held.
 pub(super) fn write_private(file: &Path, text: &[u8]) -> io::Result<()> {
-    let dir = file.parent().unwrap_or_else(|| Path::new("."));
-    private_dir(dir)?;
-    let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
-    let temporary = dir.join(format!(
-        ".{}.{}.tmp",
-        name.unwrap_or_default(),
-        std::process::id()
-    ));
-    let _ = fs::remove_file(&temporary);
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(no_follow())
-        .open(&temporary)
-        .and_then(|mut out| out.write_all(text));
-    match written.and_then(|()| fs::rename(&temporary, file)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = fs::remove_file(&temporary);
-            Err(e)
-        }
+    let (dir, name) = parts(file);
+    let dir = private_dir(dir, true)?;
+    let mut temporary = OsString::from(".");
+    temporary.push(name);
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let _ = rustix::fs::unlinkat(&dir, temporary.as_os_str(), AtFlags::empty());
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let written = rustix::fs::openat(&dir, temporary.as_os_str(), flags, Mode::RUSR | Mode::WUSR)
+        .map_err(io::Error::from)
+        .and_then(|out| File::from(out).write_all(text));
+    let renamed = written.and_then(|()| {
+        rustix::fs::renameat(&dir, temporary.as_os_str(), &dir, name).map_err(io::Error::from)
+    });
+    if renamed.is_err() {
+        let _ = rustix::fs::unlinkat(&dir, temporary.as_os_str(), AtFlags::empty());
     }
+    renamed
 }
