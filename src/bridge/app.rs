@@ -237,7 +237,13 @@ impl AppSide {
             }
             self.keep(read, to - read);
             if self.cur.early.is_none() {
-                let early = ledger.app_partial(&self.scanner.partial());
+                // A line goes out whole: one the app cuts by going away
+                // never reaches the client in part. Only a line longer
+                // than UNDECIDED_LIMIT streams as it comes.
+                let early = match ledger.app_partial(&self.scanner.partial()) {
+                    Early::Forward => Early::Wait,
+                    early => early,
+                };
                 let cur = &mut self.cur;
                 early.for_line(cur.len).apply(
                     cur.start,

@@ -298,6 +298,8 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             Early::Forward
         } else if partial.answer {
             match partial.id {
+                // Read whole: it goes to the app under the app's own id.
+                Some(id) if ledger.is_mapped(id) => Early::Wait,
                 Some(id) => {
                     let line = Line::Reply(id.to_vec());
                     match ledger.decide(&line, Mode::Online) {
@@ -330,6 +332,13 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
                 self.end = start;
             }
             Fate::Relay if cur.early == Some(Early::Drop) => {}
+            Fate::Relay if matches!(&line, Line::Reply(id) if ledger.is_mapped(id)) => {
+                if let Line::Reply(id) = &line {
+                    let text = Some(&self.buf[start..self.end]).filter(|_| cur.kept);
+                    ledger.mapped_reply(id, text);
+                }
+                self.end = start;
+            }
             Fate::Relay => {
                 let verdict = ledger.decide(&line, self.mode);
                 if verdict == Verdict::Forward || cur.early == Some(Early::Forward) {
@@ -414,10 +423,9 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             Some(line) => line,
             None => return,
         };
-        if let Line::Request { id: Some(id), .. } = &line {
-            ledger.pending.remove(id);
+        if ledger.unread(&line) {
+            self.lines.push_front(Held { start, end, line });
         }
-        self.lines.push_front(Held { start, end, line });
         self.sent = start;
     }
 

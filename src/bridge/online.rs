@@ -37,6 +37,11 @@ use crate::relay::{is_hangup, Ending, RelayError, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{LineTap, TrafficLog};
 
+/// Longest the bridge relays what an app that went away had sent, when
+/// the client reads it slowly: a client that reads nothing for this long
+/// while the app is gone loses the rest of that instance's lines.
+const APP_GONE_DRAIN: Duration = Duration::from_secs(30);
+
 /// How relaying to an instance ended.
 #[derive(Debug)]
 pub(super) enum End {
@@ -112,11 +117,12 @@ where
     futures_lite::pin!(up);
     futures_lite::pin!(down);
     let input_closed = super::input_closed_then_grace::<BridgeError>(hangups, drain_grace);
+    futures_lite::pin!(input_closed);
     // Biased towards `down`: when both are ready, replies go out first.
     let first = future::or(
         async { Err((&mut down).await) },
         future::or(async { Ok((&mut up).await) }, async {
-            Err(input_closed.await.map(Down::Done))
+            Err((&mut input_closed).await.map(Down::Done))
         }),
     )
     .await;
@@ -129,12 +135,20 @@ where
     match up_end {
         Up::NotTakenBack(why, said_no) => Ok(End::NotTakenBack(why, said_no)),
         // The app stopped taking what we send: what it sent before going
-        // may still be unread, and is relayed within the grace.
-        Up::AppGone => match crate::wait::timeout(drain_grace, &mut down).await {
-            Some(Ok(Down::Done(ending))) => Ok(End::Done(ending)),
-            Some(Err(e)) => Err(e),
-            _ => Ok(End::HungUp),
-        },
+        // is still to be read and relayed, whole, however slowly the
+        // client reads it (the app's end comes at once after it). Bounded
+        // by stdin's end and its grace, and by APP_GONE_DRAIN.
+        Up::AppGone => {
+            let drained = future::or(
+                async { Some((&mut down).await) },
+                async { Some((&mut input_closed).await.map(Down::Done)) },
+            );
+            match crate::wait::timeout(APP_GONE_DRAIN, drained).await {
+                Some(Some(Ok(Down::Done(ending)))) => Ok(End::Done(ending)),
+                Some(Some(Err(e))) => Err(e),
+                _ => Ok(End::HungUp),
+            }
+        }
         // Client EOF: tell the app (half-close) and drain in-flight
         // replies, both within one deadline.
         Up::Eof(writer) => {

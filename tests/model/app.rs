@@ -364,9 +364,8 @@ impl<'a> Served<'a> {
             Value::Array(items) => {
                 let mut answers = Vec::new();
                 let mut tokens = Vec::new();
-                for item in &items {
-                    let raw = serde_json::to_vec(item).unwrap_or_default();
-                    if let Some((answer, token)) = self.message(item, &raw) {
+                for (item, raw) in items.iter().zip(elements(text)) {
+                    if let Some((answer, token)) = self.message(item, raw) {
                         answers.push(answer);
                         tokens.extend(token);
                     }
@@ -564,6 +563,43 @@ fn raw_id(line: &[u8]) -> Option<&str> {
         rest.find(|c: char| c == ',' || c == '}')?
     };
     Some(&rest[..end])
+}
+
+/// The texts of a JSON array's elements, as written.
+fn elements(array: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0usize);
+    for (at, &b) in array.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth == 1 {
+                    start = at + 1;
+                }
+            }
+            b']' | b'}' if depth == 1 => {
+                out.push(&array[start..at]);
+                depth -= 1;
+            }
+            b']' | b'}' => depth -= 1,
+            b',' if depth == 1 => {
+                out.push(&array[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A line, shortened for a report.

@@ -14,10 +14,12 @@
 //! early as its first members allow ([`Ledger::app_partial`]), and its
 //! lesson is taken at its end ([`Ledger::app_line`]).
 
+mod id;
 mod pending;
 mod record;
 
-pub(super) use pending::{IdMap, IdSet, Pending};
+pub(super) use id::key as id_key;
+pub(super) use pending::{IdMap, Pending};
 pub(super) use record::{listed, ListenState, Record, Recorded, Told};
 
 use super::answer::{self, Answer, Reason};
@@ -28,6 +30,10 @@ use crate::envelope::{batch_ids, Envelope, Kind, Partial};
 /// Most ids of open app-to-client requests remembered per session: an app
 /// has a handful open at a time.
 const STALE_LIMIT: usize = 4096;
+
+/// The start of the ids the bridge gives an app's question whose own id
+/// the client may still answer for a gone instance (see [`AppRequests`]).
+const MAPPED_PREFIX: &str = "mcp-bridge-question-";
 
 /// The methods whose requests and notifications the client scanner
 /// records whole: the session's state, and the requests that only read
@@ -328,15 +334,15 @@ impl Ledger {
     pub(super) fn decide(&mut self, line: &Line, mode: Mode) -> Verdict {
         let online = mode == Mode::Online;
         match line {
-            Line::Reply(id) if self.app_requests.stale.contains(id) => {
+            Line::Reply(id) if self.app_requests.is_stale(id) => {
                 // The answer to a gone instance's question: not for the next
-                // one, which may ask under the same id once this is settled.
+                // one, which may ask under the same id.
                 self.app_requests.client_replied(id);
                 Verdict::Drop
             }
             Line::Reply(_) if mode == Mode::Absent => Verdict::Drop,
             Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
-            Line::Replies(text) if !self.app_requests.stale.is_empty() => self.late_replies(text),
+            Line::Replies(text) if self.app_requests.may_drop() => self.late_replies(text),
             Line::Request {
                 id: Some(id),
                 method: Method::Listen,
@@ -395,7 +401,7 @@ impl Ledger {
                 if let (Kind::Response | Kind::ErrorResponse, Some(id)) =
                     (envelope.kind, envelope.id)
                 {
-                    stale = self.app_requests.stale.contains(id);
+                    stale = self.app_requests.is_stale(id);
                     if stale {
                         self.app_requests.client_replied(id);
                     }
@@ -496,7 +502,9 @@ impl Ledger {
                     self.record.initialized(text);
                 }
             }
-            Line::Reply(id) => self.app_requests.client_replied(&id),
+            Line::Reply(id) => {
+                self.app_requests.client_replied(&id);
+            }
             Line::Replies(text) => {
                 let ids = batch_ids(&text, true);
                 for id in ids.split(|&b| b == b'\n').filter(|id| !id.is_empty()) {
@@ -523,7 +531,65 @@ impl Ledger {
     /// Whether a client line may still be taken out (a reply to a gone
     /// instance): if not, every line goes on as it comes.
     pub(super) fn may_drop_client_lines(&self) -> bool {
-        !self.app_requests.stale.is_empty()
+        self.app_requests.may_drop()
+    }
+
+    /// Whether the client's reply to `id` goes to the app under another id
+    /// (the app's own, which the bridge mapped): it is read whole and
+    /// given to [`Ledger::mapped_reply`].
+    pub(super) fn is_mapped(&self, id: &[u8]) -> bool {
+        self.app_requests.mapped(id).is_some()
+    }
+
+    /// The client's whole reply `text` (none: too long to keep) to a
+    /// question whose id the bridge mapped: it goes to the app under the
+    /// app's own id.
+    pub(super) fn mapped_reply(&mut self, id: &[u8], text: Option<&[u8]>) {
+        let app_id = match self.app_requests.client_replied(id) {
+            Some(app_id) => app_id,
+            None => return,
+        };
+        let line = text.and_then(|text| replace_id(text, id, &app_id));
+        match line {
+            Some(mut line) => {
+                if line.last() != Some(&b'\n') {
+                    line.push(b'\n');
+                }
+                self.owed_app.extend_from_slice(&line);
+            }
+            None => {
+                let answer = Answer::new(
+                    Reason::IdInUse,
+                    "mcp-bridge: the client's reply to this request was too long to carry \
+                     under the request's own id; ask again",
+                    &self.endpoint,
+                );
+                self.owed_app.extend_from_slice(&answer.to(&app_id));
+            }
+        }
+    }
+
+    /// A line the current instance took whole but never read (it went away
+    /// with it unread): it teaches nothing it taught when it was taken.
+    /// Whether it goes to the next instance: a reply or a batch of replies
+    /// was for the instance that asked, which is gone, so it goes nowhere.
+    pub(super) fn unread(&mut self, line: &Line) -> bool {
+        match line {
+            Line::Request { id: Some(id), .. } => {
+                self.pending.remove(id);
+                true
+            }
+            Line::Request { id: None, .. } => {
+                self.pending.long_id(false);
+                true
+            }
+            Line::Batch(ids) => {
+                self.batches.unsent(ids);
+                true
+            }
+            Line::Reply(_) | Line::Replies(_) => false,
+            Line::Notification { .. } | Line::Other => true,
+        }
     }
 
     /// Decides an app line from its first members (see [`Early`]).
@@ -536,10 +602,7 @@ impl Ledger {
                 Some(id) if self.wants_whole(id) => Early::Wait,
                 Some(id) if self.placed(id) => Early::Forward,
                 Some(_) => Early::Drop,
-                // Nothing to take out or to read: it goes on as it comes.
-                None if !self.resumed && self.ours.is_empty() && self.whole_wanted == 0 => {
-                    Early::Forward
-                }
+                // Not placed yet: decided at its end.
                 None => Early::Wait,
             };
         }
@@ -547,7 +610,9 @@ impl Ledger {
             if partial.method_name == Some("notifications/subscriptions/acknowledged") {
                 return Early::Wait;
             }
-            if self.app_requests.stale.is_empty() {
+            // A request under an id the client may still answer for a gone
+            // instance is given another id, at its end.
+            if !self.app_requests.may_drop() {
                 return Early::Forward;
             }
         }
@@ -557,7 +622,7 @@ impl Ledger {
     /// Whether the reply to `id` is read whole by the ledger (the replay's,
     /// an `initialize` or `server/discover` result for the cache).
     fn wants_whole(&self, id: &[u8]) -> bool {
-        self.ours.contains_key(id)
+        self.ours.contains_key(&id_key(id))
             || self.pending.method_of(id).map_or(false, |m| {
                 matches!(m, Method::Initialize | Method::Discover)
             })
@@ -565,12 +630,12 @@ impl Ledger {
 
     /// Whether a reply with `id` goes to the client: it answers something
     /// the current instance was asked (or the bridge cannot tell, having
-    /// forgotten some). The first instance's replies all go on: only a
-    /// resumed one can answer what it was never asked.
+    /// forgotten some). Ids are compared as JSON values ([`id_key`]): a
+    /// reply under an id the client never sent (`"1"` for `1`) is not its.
     fn placed(&self, id: &[u8]) -> bool {
-        !self.resumed
-            || self.pending.contains(id)
-            || self.record.listens.iter().any(|l| l.id == id)
+        self.pending.contains(id)
+            || self.batches.contains(id)
+            || self.record.listens.iter().any(|l| id_key(&l.id) == id_key(id))
             || self.pending.forgot
     }
 
@@ -595,20 +660,51 @@ impl Ledger {
                 true
             }
             (Kind::Request, Some(id)) => {
-                if self.app_requests.stale.contains(id) {
-                    // The client may still answer the old instance under
-                    // this id: the answer could not be placed.
-                    let answer = Answer::new(
-                        Reason::IdInUse,
-                        "mcp-bridge: the client may still answer this id for the app's previous \
-                         instance; ask again under another id",
-                        &self.endpoint,
-                    );
-                    self.owed_app.extend_from_slice(&answer.to(id));
-                    return false;
+                if !self.app_requests.collides(id) {
+                    self.app_requests.app_asked(id, None);
+                    return true;
                 }
-                self.app_requests.app_asked(id);
-                true
+                // The client may still answer a gone instance's question
+                // under this id: the question goes to the client under an
+                // id of the bridge's, and the reply comes back under the
+                // app's own.
+                let start = envelope.id_offset as usize;
+                let mapped = match text {
+                    Some(text) if decided.is_none() && start + id.len() <= text.len() => {
+                        let shown = self.app_requests.next_mapped();
+                        let mut line = Vec::with_capacity(text.len() + shown.len());
+                        line.extend_from_slice(&text[..start]);
+                        line.extend_from_slice(&shown);
+                        line.extend_from_slice(&text[start + id.len()..]);
+                        if line.last() != Some(&b'\n') {
+                            line.push(b'\n');
+                        }
+                        self.app_requests.app_asked(&shown, Some(id.to_vec()));
+                        Some(line)
+                    }
+                    _ => None,
+                };
+                match mapped {
+                    Some(line) => {
+                        self.owed_client.extend_from_slice(&line);
+                        false
+                    }
+                    None if decided == Some(Early::Forward) => {
+                        self.app_requests.app_asked(id, None);
+                        true
+                    }
+                    None => {
+                        let answer = Answer::new(
+                            Reason::IdInUse,
+                            "mcp-bridge: the client may still answer this id for the app's \
+                             previous instance, and this request is too long to give another; \
+                             ask again under another id",
+                            &self.endpoint,
+                        );
+                        self.owed_app.extend_from_slice(&answer.to(id));
+                        false
+                    }
+                }
             }
             (Kind::Notification, _)
                 if envelope.method == Some("notifications/subscriptions/acknowledged") =>
@@ -620,9 +716,9 @@ impl Ledger {
     }
 
     fn app_reply(&mut self, envelope: &Envelope<'_>, id: &[u8], text: Option<&[u8]>) -> bool {
-        let result = text.and_then(|text| member(text, "result"));
-        if let Some(ours) = self.ours.remove(id) {
-            self.our_reply(ours, envelope, result);
+        let result = || text.and_then(|text| member(text, "result"));
+        if let Some(ours) = self.ours.remove(&id_key(id)) {
+            self.our_reply(ours, envelope, result());
             return false;
         }
         if let Some(sent) = self.pending.remove(id) {
@@ -630,7 +726,7 @@ impl Ledger {
             if matches!(sent.method, Method::Initialize | Method::Discover) {
                 self.whole_wanted = self.whole_wanted.saturating_sub(1);
             }
-            if let (Kind::Response, Some(result)) = (envelope.kind, result) {
+            if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
                 match sent.method {
                     Method::Initialize => {
                         self.record.accepted(sent.text, result, false);
@@ -648,9 +744,14 @@ impl Ledger {
         if self.record.end_listen(id) {
             return true;
         }
+        if self.batches.answered_one(id) {
+            // One request of a batch, answered on a line of its own.
+            self.served = true;
+            return true;
+        }
         // Answered already (by the bridge, at a restart), or never asked of
         // this instance: one answer per request.
-        self.placed(id)
+        self.pending.forgot
     }
 
     fn our_reply(&mut self, ours: Ours, envelope: &Envelope<'_>, result: Option<&[u8]>) {
@@ -730,7 +831,7 @@ impl Ledger {
     pub(super) fn ours(&mut self, what: Ours) -> Vec<u8> {
         self.next_ours += 1;
         let id = format!("\"mcp-bridge-replay-{}\"", self.next_ours).into_bytes();
-        self.ours.insert(id.clone(), what);
+        self.ours.insert(id_key(&id), what);
         id
     }
 
@@ -785,47 +886,113 @@ impl Ledger {
     }
 }
 
-/// Ids of requests the app has open with the client (`open`), and those
-/// of instances that are gone (`stale`).
+/// The app's questions to the client: open ones of the current instance,
+/// and the ids of gone instances' that the client may still answer
+/// (`stale`).
 ///
 /// The app asks the client things too (elicitation, sampling, roots), under
 /// ids of its own, and both official SDKs number them from 0 in each
-/// instance. When the app restarts with such a request open, the client's
+/// instance. When the app restarts with such a question open, the client's
 /// answer, when it comes, belongs to the old instance: the new one would
-/// take it for the answer to its own request with the same id (a "Create
-/// file?" accepted as the answer to "Delete repository?"). So at a hang-up
-/// the client is told the old requests are cancelled, their ids go stale,
-/// client replies carrying one are dropped, and a new instance asking
-/// under a stale id is answered by the bridge instead of reaching the
-/// client, until the client has answered the old one.
+/// take it for the answer to its own question under the same id (a "Create
+/// file?" accepted as the answer to "Delete the repository?"). So at a
+/// hang-up the client is told the old questions are cancelled and their
+/// ids go stale: a client reply under one is taken out. A new instance
+/// that asks under a stale id is not held up: its question reaches the
+/// client under an id of the bridge's ([`MAPPED_PREFIX`] and a number),
+/// and the client's reply goes back to it under its own id. Ids are
+/// compared as JSON values ([`id_key`]).
 #[derive(Debug, Default)]
 struct AppRequests {
-    open: IdSet,
-    stale: IdSet,
+    /// Open questions by the id the client sees: the app's own id, when
+    /// the bridge gave the question another.
+    open: IdMap<(Vec<u8>, Option<Vec<u8>>)>,
+    stale: IdMap<()>,
+    mapped: u64,
 }
 
 impl AppRequests {
-    /// The app asked the client something.
-    fn app_asked(&mut self, id: &[u8]) {
+    /// Whether a client reply may be taken out or redirected: every line
+    /// of the client's goes on as it comes otherwise.
+    fn may_drop(&self) -> bool {
+        !self.stale.is_empty() || self.open.values().any(|(_, app)| app.is_some())
+    }
+
+    fn is_stale(&self, id: &[u8]) -> bool {
+        !self.stale.is_empty() && self.stale.contains_key(&id_key(id))
+    }
+
+    /// The app's own id of the open question the client sees as `id`, if
+    /// the bridge gave it another.
+    fn mapped(&self, id: &[u8]) -> Option<&[u8]> {
+        self.open.get(&id_key(id))?.1.as_deref()
+    }
+
+    /// Whether a question under `id` must reach the client under another.
+    fn collides(&self, id: &[u8]) -> bool {
+        if self.stale.is_empty() {
+            return false;
+        }
+        let key = id_key(id);
+        self.stale.contains_key(&key) || self.open.contains_key(&key)
+    }
+
+    /// A new id of the bridge's for a question, as written.
+    fn next_mapped(&mut self) -> Vec<u8> {
+        self.mapped += 1;
+        format!("\"{}{}\"", MAPPED_PREFIX, self.mapped).into_bytes()
+    }
+
+    /// The app asked the client something, which the client sees under
+    /// `shown` (the app's own id, or one of the bridge's: `app_id`).
+    fn app_asked(&mut self, shown: &[u8], app_id: Option<Vec<u8>>) {
         if self.open.len() < STALE_LIMIT {
-            self.open.insert(id.to_vec());
+            self.open.insert(id_key(shown), (shown.to_vec(), app_id));
         }
     }
 
-    /// The client replied to `id`.
-    fn client_replied(&mut self, id: &[u8]) {
-        self.open.remove(id);
-        self.stale.remove(id);
+    /// The client replied to `id`: the app's own id, when it was mapped.
+    fn client_replied(&mut self, id: &[u8]) -> Option<Vec<u8>> {
+        let key = id_key(id);
+        self.stale.remove(&key);
+        self.open.remove(&key).and_then(|(_, app_id)| app_id)
     }
 
-    /// The app instance hung up: its open requests are stale. Returns them.
+    /// The app instance hung up: its open questions are stale. Returns
+    /// their ids as the client saw them.
     fn hung_up(&mut self) -> Vec<Vec<u8>> {
-        let open: Vec<Vec<u8>> = self.open.drain().collect();
-        for id in &open {
+        let mut gone = Vec::with_capacity(self.open.len());
+        for (key, (shown, _)) in self.open.drain() {
             if self.stale.len() < STALE_LIMIT {
-                self.stale.insert(id.clone());
+                self.stale.insert(key, ());
             }
+            gone.push(shown);
         }
-        open
+        gone
     }
+}
+
+/// `text` (a reply) with its id `id` written as `new`: the id found after
+/// an `"id"` key. `None` if it cannot be found.
+fn replace_id(text: &[u8], id: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+    let mut from = 0;
+    while let Some(at) = find(&text[from..], b"\"id\"").map(|at| at + from) {
+        let mut value = at + 4;
+        while matches!(text.get(value), Some(b' ' | b'\t' | b'\r' | b'\n' | b':')) {
+            value += 1;
+        }
+        if text[value..].starts_with(id) {
+            let mut line = Vec::with_capacity(text.len() + new.len());
+            line.extend_from_slice(&text[..value]);
+            line.extend_from_slice(new);
+            line.extend_from_slice(&text[value + id.len()..]);
+            return Some(line);
+        }
+        from = at + 4;
+    }
+    None
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }

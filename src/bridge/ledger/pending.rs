@@ -28,6 +28,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::id::key;
 use super::{Method, Recorded};
 use crate::envelope::batch_ids;
 
@@ -53,10 +54,11 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A map keyed by raw ids.
+/// A map keyed by ids ([`key`]s, so that ids equal as JSON values meet).
 pub(in crate::bridge) type IdMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<IdHasher>>;
 
-/// A set of raw ids.
+/// A set of ids, as [`key`]s.
+#[allow(dead_code)]
 pub(in crate::bridge) type IdSet = HashSet<Vec<u8>, BuildHasherDefault<IdHasher>>;
 
 /// Most ids remembered.
@@ -70,6 +72,8 @@ pub(in crate::bridge) const PENDING_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Debug)]
 pub(in crate::bridge) struct Sent {
     seq: u64,
+    /// Its id as the client wrote it (the bridge answers under it).
+    raw: Vec<u8>,
     /// What it asks.
     pub(in crate::bridge) method: Method,
     /// Its line, when it may be sent again to the next instance (a request
@@ -83,7 +87,7 @@ impl Sent {
     }
 }
 
-/// Requests in flight by raw id (as written), oldest first.
+/// Requests in flight by id (compared as JSON values), oldest first.
 #[derive(Debug, Default)]
 pub(in crate::bridge) struct Pending {
     /// Id -> the request.
@@ -114,13 +118,19 @@ impl Pending {
     pub(in crate::bridge) fn insert(&mut self, id: &[u8], method: Method, text: Option<Recorded>) {
         let seq = self.next;
         self.next += 1;
-        let sent = Sent { seq, method, text };
-        self.bytes += sent.bytes(id);
-        if let Some(old) = self.ids.insert(id.to_vec(), sent) {
+        let sent = Sent {
+            seq,
+            raw: id.to_vec(),
+            method,
+            text,
+        };
+        let id = key(id);
+        self.bytes += sent.bytes(&id);
+        if let Some(old) = self.ids.insert(id.clone(), sent) {
             // A client reusing an id in flight: one answer is owed.
-            self.bytes -= old.bytes(id);
+            self.bytes -= old.bytes(&id);
         }
-        self.order.push_back((seq, id.to_vec()));
+        self.order.push_back((seq, id));
         while self.ids.len() > PENDING_LIMIT || self.bytes > PENDING_BYTES {
             self.forget_oldest();
         }
@@ -133,19 +143,20 @@ impl Pending {
 
     /// The app answered `id` (or the client cancelled it): forgets it.
     pub(in crate::bridge) fn remove(&mut self, id: &[u8]) -> Option<Sent> {
-        let sent = self.ids.remove(id)?;
-        self.bytes -= sent.bytes(id);
+        let id = key(id);
+        let sent = self.ids.remove(&id)?;
+        self.bytes -= sent.bytes(&id);
         Some(sent)
     }
 
     /// Whether `id` is in flight.
     pub(in crate::bridge) fn contains(&self, id: &[u8]) -> bool {
-        self.ids.contains_key(id)
+        self.ids.contains_key(&key(id))
     }
 
     /// What the request `id` in flight asks.
     pub(in crate::bridge) fn method_of(&self, id: &[u8]) -> Option<Method> {
-        self.ids.get(id).map(|sent| sent.method)
+        self.ids.get(&key(id)).map(|sent| sent.method)
     }
 
     /// Whether nothing is in flight.
@@ -167,13 +178,14 @@ impl Pending {
         let mut out: Vec<(Vec<u8>, Sent)> = Vec::with_capacity(ids.len());
         for (seq, id) in std::mem::take(&mut self.order) {
             if ids.get(&id).map_or(false, |s| s.seq == seq) {
-                let sent = ids.remove(&id).expect("just seen");
-                out.push((id, sent));
+                let mut sent = ids.remove(&id).expect("just seen");
+                out.push((std::mem::take(&mut sent.raw), sent));
             }
         }
         for _ in 0..std::mem::take(&mut self.long_ids) {
             let sent = Sent {
                 seq: 0,
+                raw: Vec::new(),
                 method: Method::Other,
                 text: None,
             };
@@ -227,16 +239,63 @@ impl Batches {
     pub(in crate::bridge) fn answered(&mut self, line: &[u8], whole: bool) {
         let ids = batch_ids(line, true);
         let at = match ids.split(|&b| b == b'\n').nth(1) {
-            Some(first) => self
-                .sent
-                .iter()
-                .position(|sent| sent.split(|&b| b == b'\n').any(|id| id == first)),
+            Some(first) => {
+                let first = key(first);
+                self.sent
+                    .iter()
+                    .position(|sent| sent.split(|&b| b == b'\n').any(|id| key(id) == first))
+            }
             None if !whole => Some(0),
             None => None,
         };
         if let Some(at) = at {
             self.forget(at);
         }
+    }
+
+    /// Whether a request `id` is in a batch in flight.
+    pub(in crate::bridge) fn contains(&self, id: &[u8]) -> bool {
+        !self.sent.is_empty() && self.position(id).is_some()
+    }
+
+    /// One request of a batch was answered on a line of its own: it is
+    /// owed nothing more (whether it was in a batch).
+    pub(in crate::bridge) fn answered_one(&mut self, id: &[u8]) -> bool {
+        if self.sent.is_empty() {
+            return false;
+        }
+        let at = match self.position(id) {
+            Some(at) => at,
+            None => return false,
+        };
+        let wanted = key(id);
+        let rest: Vec<u8> = self.sent[at]
+            .split(|&b| b == b'\n')
+            .filter(|i| !i.is_empty() && key(i) != wanted)
+            .flat_map(|i| std::iter::once(b'\n').chain(i.iter().copied()))
+            .collect();
+        self.bytes -= self.sent[at].len() - rest.len();
+        if rest.is_empty() {
+            self.forget(at);
+        } else {
+            self.sent[at] = rest;
+        }
+        true
+    }
+
+    /// The batch `ids` went to an instance that never read it: it is not
+    /// in flight (the newest such batch).
+    pub(in crate::bridge) fn unsent(&mut self, ids: &[u8]) {
+        if let Some(at) = self.sent.iter().rposition(|sent| sent == ids) {
+            self.forget(at);
+        }
+    }
+
+    fn position(&self, id: &[u8]) -> Option<usize> {
+        let wanted = key(id);
+        self.sent
+            .iter()
+            .position(|sent| sent.split(|&b| b == b'\n').any(|i| !i.is_empty() && key(i) == wanted))
     }
 
     /// Every batch still in flight, leaving none.

@@ -268,13 +268,17 @@ impl Record {
 
     /// The listen `id`, if open.
     pub(in crate::bridge) fn listen_mut(&mut self, id: &[u8]) -> Option<&mut Listen> {
-        self.listens.iter_mut().find(|l| l.id == id)
+        let id = super::id::key(id);
+        self.listens
+            .iter_mut()
+            .find(|l| super::id::key(&l.id) == id)
     }
 
     /// The listen `id` ended (answered, or cancelled): whether it was open.
     pub(in crate::bridge) fn end_listen(&mut self, id: &[u8]) -> bool {
         let before = self.listens.len();
-        self.listens.retain(|l| l.id != id);
+        let id = super::id::key(id);
+        self.listens.retain(|l| super::id::key(&l.id) != id);
         self.listens.len() != before
     }
 }
