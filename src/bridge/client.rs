@@ -35,7 +35,7 @@ use futures_lite::io::{AsyncRead, AsyncReadExt};
 
 use super::answer::Answer;
 use super::ledger::{Early, Ledger, Line, Mode, Verdict, RECORDED};
-use super::HOLD_LIMIT;
+use super::{BATCH_LIMIT, HOLD_LIMIT};
 use crate::envelope::{first_byte_after_space, Scanner};
 use crate::io::BUFFER_SIZE;
 
@@ -140,6 +140,10 @@ pub(super) struct ClientSide<R> {
     /// buffer, while nothing was sent after it: if the instance goes away
     /// with what it was sent unread, this line is the unread one.
     last_taken: Option<(usize, usize)>,
+    /// The line in progress, when it is an array (a batch): its first
+    /// [`BATCH_LIMIT`] bytes, so that the requests in them are followed
+    /// however long the line is, kept or not.
+    array: Option<Vec<u8>>,
 }
 
 impl<R: AsyncRead + Unpin> ClientSide<R> {
@@ -159,6 +163,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             ended: Vec::new(),
             boundary: true,
             last_taken: None,
+            array: None,
         }
     }
 
@@ -196,6 +201,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         let from = self.end;
         let to = from + n;
         let mut ended = std::mem::take(&mut self.ended);
+        let mut carried = self.array.take();
         {
             // Where each line the chunk ends ends (in the chunk as read),
             // and what it is.
@@ -210,15 +216,25 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
                 } else {
                     (at, at + whole)
                 };
-                let array = if first && !cur_kept {
-                    None
-                } else {
-                    Some(&buf[start..end]).filter(|t| first_byte_after_space(t) == Some(b'['))
+                let line = match carried.take().filter(|_| first) {
+                    // An array begun in an earlier chunk: as far as kept.
+                    Some(mut kept) => {
+                        keep_array(&mut kept, &buf[from..end]);
+                        Line::of(&envelope, Some(&kept))
+                    }
+                    // Not an array, or one in this chunk or kept whole.
+                    None if first && !cur_kept => Line::of(&envelope, None),
+                    None => {
+                        let text = Some(&buf[start..end]);
+                        let array = text.filter(|t| first_byte_after_space(t) == Some(b'['));
+                        Line::of(&envelope, array)
+                    }
                 };
-                ended.push((end, Line::of(&envelope, array)));
+                ended.push((end, line));
                 at = end;
             });
         }
+        let continuing = ended.is_empty();
         // Bytes move left only past a line taken out: `self.end` (where
         // kept bytes go) trails `read`.
         let mut read = from;
@@ -228,6 +244,17 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             self.line_ended(line, ledger);
         }
         if read < to {
+            let tail = &self.buf[read..to];
+            self.array = match carried {
+                Some(kept) if continuing => Some(kept),
+                _ if self.cur.len == 0 && first_byte_after_space(tail) == Some(b'[') => {
+                    Some(Vec::new())
+                }
+                _ => None,
+            };
+            if let Some(kept) = &mut self.array {
+                keep_array(kept, tail);
+            }
             self.keep(read, to - read);
             self.decide_early(ledger);
         }
@@ -578,6 +605,12 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
     pub(super) fn holds_requests(&self) -> bool {
         self.lines.iter().any(|h| h.line.asks())
     }
+}
+
+/// Adds `bytes` to the kept start of an array line, up to [`BATCH_LIMIT`].
+fn keep_array(kept: &mut Vec<u8>, bytes: &[u8]) {
+    let room = BATCH_LIMIT.saturating_sub(kept.len());
+    kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
 }
 
 #[cfg(test)]

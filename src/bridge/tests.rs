@@ -1160,24 +1160,29 @@ fn a_reply_reaches_only_the_instance_that_asked() {
             app.accept_replay(json!({}), 1).await;
             assert_eq!(app.line().await["id"], 5);
             // The new instance asks under ids of its own, as SDKs do, from 0:
-            // the client may still answer 0 for the old one, so the bridge
-            // answers the new instance instead.
+            // the client may still answer 0 for the old one, so the question
+            // reaches it under an id of the bridge's.
             app.send(json!({"jsonrpc":"2.0","id":0,"method":"elicitation/create","params":{"message":"Delete repository?"}}))
                 .await;
-            let refused = app.line().await;
-            assert_eq!(refused["id"], 0);
-            assert_eq!(refused["error"]["data"]["reason"], "id_in_use");
+            let asked = h.line().await;
+            assert_eq!(asked["id"], "mcp-bridge-question-1", "{}", asked);
+            assert_eq!(asked["params"]["message"], "Delete repository?");
             // 1 was answered (for the old instance): free again.
             app.send(json!({"jsonrpc":"2.0","id":1,"method":"roots/list"}))
                 .await;
             assert_eq!(h.line().await["id"], 1);
-            // The late "accept" to the old question reaches nobody; the answer
-            // to the new one reaches the new instance.
+            // The late "accept" to the old question reaches nobody; the
+            // answers to the new ones reach the new instance, under its ids.
             h.send(json!({"jsonrpc":"2.0","id":0,"result":{"action":"accept"}}))
+                .await;
+            h.send(json!({"jsonrpc":"2.0","id":"mcp-bridge-question-1","result":{"action":"decline"}}))
                 .await;
             h.send(json!({"jsonrpc":"2.0","id":1,"result":{"roots":[]}}))
                 .await;
             h.send(call(6)).await;
+            let declined = app.line().await;
+            assert_eq!(declined["id"], 0, "{}", declined);
+            assert_eq!(declined["result"]["action"], "decline");
             let next = app.line().await;
             assert_eq!(next["id"], 1, "{}", next);
             assert!(next.get("result").is_some());
