@@ -107,6 +107,7 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
     };
     let mut depth = 0usize;
     let mut from = open + 1;
+    let mut closed = false;
     for_each_outside_strings(json, from, |i, b| {
         match b {
             b'{' | b'[' => depth += 1,
@@ -114,12 +115,18 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
             b',' | b']' if depth == 0 => {
                 emit(&json[from..i]);
                 from = i + 1;
-                return b != b']';
+                closed = b == b']';
+                return !closed;
             }
             _ => {}
         }
         true
     });
+    if !closed && from < json.len() {
+        // An array cut short (the kept start of a long batch): its last
+        // element, as far as it goes, still names its id.
+        emit(&json[from..]);
+    }
     true
 }
 
