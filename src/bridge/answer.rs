@@ -46,6 +46,12 @@ pub enum Reason {
     /// (To the app.) The request's id is still open with the client for the
     /// app's previous instance.
     IdInUse,
+    /// The app accepted connections and closed them without a word until
+    /// the deadline passed.
+    AppClosedSilently,
+    /// (To a `server/discover` probe.) The app closed the connection on
+    /// it before any `initialize`: a server of the legacy era.
+    LegacyApp,
 }
 
 impl Reason {
@@ -63,6 +69,8 @@ impl Reason {
             Reason::StdinClosed => "stdin_closed",
             Reason::TooLongToReplay => "too_long_to_replay",
             Reason::IdInUse => "id_in_use",
+            Reason::AppClosedSilently => "app_closed_silently",
+            Reason::LegacyApp => "legacy_app",
         }
     }
 }
@@ -111,6 +119,33 @@ impl Answer {
     pub(super) fn to_ids(&self, ids: &[u8]) -> Vec<u8> {
         array_of_errors(ids, ERROR_CODE, &self.message, Some(&self.data))
     }
+}
+
+/// JSON-RPC's "method not found": what a legacy server that does not hang
+/// up answers a `server/discover` probe with, and what every dual-era
+/// client reads as "speak the legacy era".
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// The answer to a `server/discover` probe the app hung up on before any
+/// `initialize` (servers built on rmcp before 3 do): the app is of the
+/// legacy era, and the client's `initialize` goes to it next.
+pub(super) fn not_modern(raw_id: &[u8], endpoint: &Path) -> Vec<u8> {
+    let answer = Answer::new(
+        Reason::LegacyApp,
+        "server/discover is not supported: the app closed the connection on it (a server of the \
+         legacy era; mcp-bridge answers for it, and initialize goes to a new connection)",
+        endpoint,
+    );
+    let mut line = Vec::with_capacity(256);
+    push_error_response(
+        &mut line,
+        raw_id,
+        METHOD_NOT_FOUND,
+        &answer.message,
+        Some(&answer.data),
+    );
+    line.push(b'\n');
+    line
 }
 
 /// A successful response with `raw_result` (JSON, as the app once wrote

@@ -47,9 +47,7 @@ pub use cache::{
     default_dir as default_cache_dir, FILE_LIMIT as CACHE_FILE_LIMIT,
     VALUE_LIMIT as CACHE_VALUE_LIMIT,
 };
-pub use outage::{
-    CRASH_LOOP_LIMIT, FIRST_PAUSE, LOOK_INTERVAL, PAUSE_CAP, SILENT_LIMIT, STAYED_UP,
-};
+pub use outage::{CRASH_LOOP_LIMIT, FIRST_PAUSE, LOOK_INTERVAL, PAUSE_CAP, STAYED_UP};
 
 use crate::endpoint::{self, ConnectError, Reader, ServerUser, Writer};
 use crate::handshake::Handshake;

@@ -139,10 +139,9 @@ where
         // client reads it (the app's end comes at once after it). Bounded
         // by stdin's end and its grace, and by APP_GONE_DRAIN.
         Up::AppGone => {
-            let drained = future::or(
-                async { Some((&mut down).await) },
-                async { Some((&mut input_closed).await.map(Down::Done)) },
-            );
+            let drained = future::or(async { Some((&mut down).await) }, async {
+                Some((&mut input_closed).await.map(Down::Done))
+            });
             match crate::wait::timeout(APP_GONE_DRAIN, drained).await {
                 Some(Some(Ok(Down::Done(ending)))) => Ok(End::Done(ending)),
                 Some(Some(Err(e))) => Err(e),

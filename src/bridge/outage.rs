@@ -11,12 +11,20 @@
 //! - More than [`CRASH_LOOP_LIMIT`] instances in a row that hang up before
 //!   serving are a **crash loop**. An app that restarts often but serves in
 //!   between (a hot reload every few seconds) is never one.
-//! - A **refusal**: the instance's first line is an error with a `null` id
-//!   (a refusal line); or the session's first connection is closed with
-//!   nothing said and nothing asked; or the same process closes the
-//!   connection without a word [`SILENT_LIMIT`] times in a row. "The same
-//!   process" is told by the endpoint itself ([`Instance`]): a dying
-//!   listener is the process that hung up, a new instance is another.
+//! - A **refusal** is a refusal line: the instance's first line is an error
+//!   with a `null` id. Nothing else is: silence is not a refusal.
+//! - A **silent close** (an instance that accepts and closes with nothing
+//!   said, as an app whose listener is up before its MCP side does) is
+//!   tried again within the deadlines (`--connect-timeout` before any
+//!   instance served, `--reconnect-timeout` in an outage), counts towards
+//!   no crash loop, and, when the deadline passes, is said as what it is
+//!   (`app_closed_silently`).
+//! - A **probe**: an instance that hangs up on a `server/discover` before
+//!   any `initialize` is a legacy app (servers built on rmcp before 3 do
+//!   it); the probe is answered, and the hang-up counts towards nothing.
+//!   "The same process" is told by the endpoint itself ([`Instance`]): a
+//!   dying listener is the process that hung up, a new instance is
+//!   another.
 //! - Pauses between attempts start at [`FIRST_PAUSE`] (so the bridge does
 //!   not land in the dying app's listen backlog) and double up to
 //!   [`PAUSE_CAP`]; every one ends by the deadline.
@@ -38,10 +46,6 @@ pub const PAUSE_CAP: Duration = Duration::from_secs(1);
 /// crash loop.
 pub const CRASH_LOOP_LIMIT: usize = 5;
 
-/// The same process closing the connection without a word this many times
-/// in a row is refusing the client.
-pub const SILENT_LIMIT: usize = 3;
-
 /// How often the bridge looks for an app that is not there (connect fails
 /// at once, so each look costs a system call or two).
 pub const LOOK_INTERVAL: Duration = Duration::from_secs(1);
@@ -62,7 +66,6 @@ pub(super) struct Bounds {
     pub(super) first_pause: Duration,
     pub(super) pause_cap: Duration,
     pub(super) crash_loop_limit: usize,
-    pub(super) silent_limit: usize,
     pub(super) look_interval: Duration,
 }
 
@@ -74,7 +77,6 @@ impl Default for Bounds {
             first_pause: FIRST_PAUSE,
             pause_cap: PAUSE_CAP,
             crash_loop_limit: CRASH_LOOP_LIMIT,
-            silent_limit: SILENT_LIMIT,
             look_interval: LOOK_INTERVAL,
         }
     }
@@ -91,6 +93,8 @@ pub(super) struct Outage {
     pub(super) last_failure: Option<String>,
     /// The last attempt failed because the instance rejected the replay.
     pub(super) rejected: bool,
+    /// The last instance closed the connection without a word.
+    pub(super) silent: bool,
     /// The instance that hung up.
     pub(super) gone: Instance,
 }
@@ -102,6 +106,7 @@ impl Outage {
             pause: bounds.first_pause,
             last_failure: None,
             rejected: false,
+            silent: false,
             gone,
         }
     }
@@ -131,7 +136,6 @@ impl Outage {
 /// What one connection to an instance showed, once it hung up.
 #[derive(Debug)]
 pub(super) struct Ended {
-    pub(super) instance: Instance,
     /// It answered a client request.
     pub(super) answered: bool,
     /// How long it kept the connection.
@@ -140,8 +144,8 @@ pub(super) struct Ended {
     pub(super) heard: u64,
     /// Its refusal line's message, if its first line was one.
     pub(super) refusal: Option<String>,
-    /// Whether anything of the client's was in flight with it.
-    pub(super) asked: bool,
+    /// It hung up on a `server/discover` probe before any `initialize`.
+    pub(super) probed: bool,
 }
 
 /// What a hang-up is.
@@ -152,19 +156,19 @@ pub(super) enum Meaning {
     Restart { new: bool },
     /// Instances keep dying before they serve.
     CrashLoop(usize),
+    /// The instance closed the connection without a word (`new`: as for a
+    /// restart).
+    Silent { new: bool },
     /// The app turns this client away (its reason, if it gave one).
     Refused(Option<String>),
 }
 
 /// The instances the session went through, for telling restarts from
-/// crash loops and refusals.
+/// crash loops.
 #[derive(Debug, Default)]
 pub(super) struct History {
     /// Instances in a row that hung up before serving.
     failed: usize,
-    /// Times in a row the same process closed without a word, and which.
-    silent: usize,
-    last_silent: Instance,
     /// Connections so far.
     connections: usize,
 }
@@ -173,38 +177,26 @@ impl History {
     /// Judges a hang-up (see the [module docs](self)).
     pub(super) fn hung_up(&mut self, ended: &Ended, bounds: &Bounds) -> Meaning {
         self.connections += 1;
+        let new = self.connections == 1;
         if let Some(reason) = &ended.refusal {
             return Meaning::Refused(Some(reason.clone()));
-        }
-        if self.connections == 1 && ended.heard == 0 && !ended.asked {
-            return Meaning::Refused(None);
         }
         let served = ended.answered || ended.lasted >= bounds.stayed_up;
         if served {
             self.failed = 0;
-            self.silent = 0;
             return Meaning::Restart { new: true };
         }
-        self.failed += 1;
+        if ended.probed {
+            return Meaning::Restart { new };
+        }
         if ended.heard == 0 {
-            if ended.instance.is_some() && ended.instance == self.last_silent {
-                self.silent += 1;
-            } else {
-                self.silent = 1;
-            }
-            self.last_silent = ended.instance;
-        } else {
-            self.silent = 0;
+            return Meaning::Silent { new };
         }
-        if ended.instance.is_some() && self.silent >= bounds.silent_limit {
-            return Meaning::Refused(None);
-        }
+        self.failed += 1;
         if self.failed > bounds.crash_loop_limit {
             return Meaning::CrashLoop(self.failed);
         }
-        Meaning::Restart {
-            new: self.connections == 1,
-        }
+        Meaning::Restart { new }
     }
 }
 
@@ -213,13 +205,13 @@ mod tests {
     use super::*;
 
     fn ended(instance: u64, answered: bool, lasted_ms: u64, heard: u64) -> Ended {
+        let _ = instance;
         Ended {
-            instance: Some(instance),
             answered,
             lasted: Duration::from_millis(lasted_ms),
             heard,
             refusal: None,
-            asked: true,
+            probed: false,
         }
     }
 
@@ -245,29 +237,35 @@ mod tests {
     }
 
     #[test]
-    fn the_same_process_closing_without_a_word_is_a_refusal() {
+    fn silence_is_not_a_refusal_nor_a_crash_loop() {
         let (mut history, bounds) = (History::default(), Bounds::default());
-        // The first connection died with the client's first request in
-        // flight: a restart, as far as one can tell.
         assert_eq!(
             history.hung_up(&ended(7, false, 5, 0), &bounds),
-            Meaning::Restart { new: true }
+            Meaning::Silent { new: true }
         );
+        for _ in 0..(3 * CRASH_LOOP_LIMIT) {
+            assert_eq!(
+                history.hung_up(&ended(7, false, 5, 0), &bounds),
+                Meaning::Silent { new: false }
+            );
+        }
+        // A refusal line is a refusal.
+        let mut refusal = ended(7, false, 5, 40);
+        refusal.refusal = Some("no".into());
         assert_eq!(
-            history.hung_up(&ended(7, false, 5, 0), &bounds),
-            Meaning::Restart { new: false }
+            history.hung_up(&refusal, &bounds),
+            Meaning::Refused(Some("no".into()))
         );
-        assert_eq!(
-            history.hung_up(&ended(7, false, 5, 0), &bounds),
-            Meaning::Refused(None)
-        );
-        // A new process after a silent one is a restart.
+        // A probe hung up on counts towards nothing.
         let mut history = History::default();
-        history.hung_up(&ended(7, false, 5, 0), &bounds);
-        assert_eq!(
-            history.hung_up(&ended(8, false, 5, 0), &bounds),
-            Meaning::Restart { new: false }
-        );
+        for n in 0..(3 * CRASH_LOOP_LIMIT as u64) {
+            let mut probed = ended(n, false, 5, 0);
+            probed.probed = true;
+            assert!(matches!(
+                history.hung_up(&probed, &bounds),
+                Meaning::Restart { .. }
+            ));
+        }
     }
 
     #[test]

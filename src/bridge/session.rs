@@ -129,6 +129,10 @@ pub(super) struct Session<'a, R, W, C> {
     attempts: u32,
     /// The app was reached at least once.
     reached: bool,
+    /// An instance served (answered the client, or stayed up).
+    served_once: bool,
+    /// When the session started.
+    started: Instant,
     pub(super) bounds: Bounds,
 }
 
@@ -182,6 +186,8 @@ where
             history: History::default(),
             attempts: 0,
             reached: false,
+            served_once: false,
+            started: Instant::now(),
             bounds: Bounds::default(),
         }
     }
@@ -365,16 +371,18 @@ where
                 self.io.client.unread_last(&mut ledger);
             }
             let ended = Ended {
-                instance,
                 answered: ledger.served,
                 lasted: started.elapsed(),
                 heard: app.heard,
                 refusal: app.refusal.clone(),
-                asked: !ledger.pending.is_empty() || self.io.client.holds_requests(),
+                probed: false,
             };
             let again = ledger.hung_up(&self.io.restarting());
             self.io.client.hung_up(again, &mut ledger);
-            ended
+            Ended {
+                probed: ledger.probe_refused,
+                ..ended
+            }
         };
         self.io.write_owed().await?;
         let endpoint = self.config.endpoint.clone();
@@ -402,8 +410,22 @@ where
                     self.absence_because(error, Reason::TooLongToReplay),
                 ))
             }
+            Meaning::Silent { new } => {
+                let mut outage = match outage {
+                    Some(outage) if !new => outage,
+                    _ => self.new_outage(instance),
+                };
+                outage.silent = true;
+                outage.last_failure =
+                    Some("the app accepted the connection and closed it without a word".into());
+                if let Some(log) = self.io.log {
+                    log.event(format_args!("the app closed the connection without a word"));
+                }
+                Ok(Phase::Resuming(outage))
+            }
             Meaning::Restart { new } => {
                 let served = ended.answered || ended.lasted >= self.bounds.stayed_up;
+                self.served_once |= served;
                 let outage = match outage {
                     Some(outage) if !new && !served => outage,
                     _ => self.new_outage(instance),
@@ -422,12 +444,18 @@ where
         }
     }
 
+    /// An outage from now: `--reconnect-timeout` long once an instance has
+    /// served, the rest of `--connect-timeout` before (and never less than
+    /// a second, for one more look).
     fn new_outage(&self, gone: super::outage::Instance) -> Outage {
-        Outage::new(
-            Instant::now() + self.config.reconnect_timeout,
-            gone,
-            &self.bounds,
-        )
+        let now = Instant::now();
+        let deadline = match self.served_once {
+            true => now + self.config.reconnect_timeout,
+            false => (self.started + self.config.connect_timeout)
+                .max(now + self.bounds.look_interval)
+                .min(now + self.config.reconnect_timeout),
+        };
+        Outage::new(deadline, gone, &self.bounds)
     }
 
     /// Looks for an instance to take the session back, holding the
@@ -451,9 +479,12 @@ where
                         self.config.reconnect_timeout.as_secs()
                     ),
                 };
-                let why = match outage.rejected {
-                    true => Reason::ResumeRejected,
-                    false => Reason::AppNotRunning,
+                let why = if outage.rejected {
+                    Reason::ResumeRejected
+                } else if outage.silent {
+                    Reason::AppClosedSilently
+                } else {
+                    Reason::AppNotRunning
                 };
                 return Ok(Phase::Absent(self.absence_because(error, why)));
             }

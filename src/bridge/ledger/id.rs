@@ -33,7 +33,10 @@ fn tagged(tag: u8, bytes: &[u8]) -> Vec<u8> {
 fn trim(raw: &[u8]) -> &[u8] {
     let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let start = raw.iter().position(|b| !is_space(b)).unwrap_or(raw.len());
-    let end = raw.iter().rposition(|b| !is_space(b)).map_or(start, |e| e + 1);
+    let end = raw
+        .iter()
+        .rposition(|b| !is_space(b))
+        .map_or(start, |e| e + 1);
     &raw[start..end]
 }
 
@@ -143,7 +146,13 @@ mod tests {
             (b" 7 ", b"7"),
         ];
         for (a, b) in same {
-            assert_eq!(key(a), key(b), "{:?} {:?}", String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+            assert_eq!(
+                key(a),
+                key(b),
+                "{:?} {:?}",
+                String::from_utf8_lossy(a),
+                String::from_utf8_lossy(b)
+            );
         }
         let apart: &[(&[u8], &[u8])] = &[
             (b"1", b"\"1\""),
@@ -154,7 +163,13 @@ mod tests {
             (b"1.5", b"1"),
         ];
         for (a, b) in apart {
-            assert_ne!(key(a), key(b), "{:?} {:?}", String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+            assert_ne!(
+                key(a),
+                key(b),
+                "{:?} {:?}",
+                String::from_utf8_lossy(a),
+                String::from_utf8_lossy(b)
+            );
         }
     }
 }

@@ -20,7 +20,7 @@ mod record;
 
 pub(super) use id::key as id_key;
 pub(super) use pending::{IdMap, Pending};
-pub(super) use record::{listed, ListenState, Record, Recorded, Told};
+pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
 
 use super::answer::{self, Answer, Reason};
 use super::cache::Cache;
@@ -314,6 +314,9 @@ pub(super) struct Ledger {
     pub(super) lost: Vec<String>,
     /// The endpoint, for the errors the bridge writes.
     pub(super) endpoint: std::path::PathBuf,
+    /// The instance that hung up last did so on a `server/discover` probe,
+    /// before any `initialize`: a legacy app, not a failure.
+    pub(super) probe_refused: bool,
 }
 
 impl Ledger {
@@ -635,7 +638,11 @@ impl Ledger {
     fn placed(&self, id: &[u8]) -> bool {
         self.pending.contains(id)
             || self.batches.contains(id)
-            || self.record.listens.iter().any(|l| id_key(&l.id) == id_key(id))
+            || self
+                .record
+                .listens
+                .iter()
+                .any(|l| id_key(&l.id) == id_key(id))
             || self.pending.forgot
     }
 
@@ -853,7 +860,17 @@ impl Ledger {
     /// ids go stale.
     pub(super) fn hung_up(&mut self, answer: &Answer) -> Vec<Line> {
         let mut again = Vec::new();
+        let legacy_so_far = self.record.initialize.is_none() && self.record.era != Era::Modern;
+        self.probe_refused = false;
         for (id, sent) in self.pending.drain() {
+            if sent.method == Method::Discover && legacy_so_far {
+                // A probe the app hung up on: a legacy app. Answered, never
+                // sent again (it would be hung up on again).
+                self.probe_refused = true;
+                self.owed_client
+                    .extend_from_slice(&answer::not_modern(&id, &self.endpoint));
+                continue;
+            }
             match sent.text {
                 Some(text) if sent.method.repeatable() => again.push(Line::Request {
                     method: sent.method,

@@ -159,11 +159,6 @@ impl Pending {
         self.ids.get(&key(id)).map(|sent| sent.method)
     }
 
-    /// Whether nothing is in flight.
-    pub(in crate::bridge) fn is_empty(&self) -> bool {
-        self.ids.is_empty() && self.long_ids == 0
-    }
-
     #[cfg(test)]
     pub(in crate::bridge) fn len(&self) -> usize {
         self.ids.len()
@@ -293,9 +288,10 @@ impl Batches {
 
     fn position(&self, id: &[u8]) -> Option<usize> {
         let wanted = key(id);
-        self.sent
-            .iter()
-            .position(|sent| sent.split(|&b| b == b'\n').any(|i| !i.is_empty() && key(i) == wanted))
+        self.sent.iter().position(|sent| {
+            sent.split(|&b| b == b'\n')
+                .any(|i| !i.is_empty() && key(i) == wanted)
+        })
     }
 
     /// Every batch still in flight, leaving none.
