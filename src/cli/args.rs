@@ -13,7 +13,7 @@ use mcp_bridge::endpoint::ServerUser;
 
 #[cfg(feature = "serve")]
 use super::MAX_MAX_CONNECTIONS;
-use super::{error, Command, UsageError, MAX_SECONDS};
+use super::{error, UsageError, MAX_SECONDS};
 
 /// One step through the arguments.
 pub(super) enum Arg {
@@ -25,7 +25,7 @@ pub(super) enum Arg {
 }
 
 impl Arg {
-    pub(super) fn unexpected(self, command: &str) -> Result<Command, UsageError> {
+    pub(super) fn unexpected<T>(self, command: &str) -> Result<T, UsageError> {
         match self {
             Arg::Option(name) => error(format!("unknown option '{}'", name)),
             Arg::Word(word) => error(format!(
