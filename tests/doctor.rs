@@ -586,7 +586,13 @@ fn doctor_takes_mcp_servers_command_line() {
     // MCP_BRIDGE_LOG, as for mcp-server, and --json says what it ignores.
     let env_log = dir.0.join("env.log");
     let output = doctor_with(
-        &["--endpoint", endpoint, "--reconnect-timeout=7", "--no-cache", "--json"],
+        &[
+            "--endpoint",
+            endpoint,
+            "--reconnect-timeout=7",
+            "--no-cache",
+            "--json",
+        ],
         Some(&env_log),
     );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));

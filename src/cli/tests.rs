@@ -397,7 +397,10 @@ fn doctor_takes_every_mcp_server_option() {
     let config = doctor(&line);
     // The cache is the bridge's alone: doctor asks the app itself.
     assert_eq!(bridge.cache, Some(PathBuf::from("/tmp/cache")));
-    assert_eq!(doctor(&["--endpoint=/x", "--no-cache"]), doctor::Config::new("/x"));
+    assert_eq!(
+        doctor(&["--endpoint=/x", "--no-cache"]),
+        doctor::Config::new("/x")
+    );
     assert_eq!(config.endpoint, bridge.endpoint);
     assert_eq!(config.handshake, bridge.handshake);
     assert_eq!(config.connect_timeout, Some(bridge.connect_timeout));
