@@ -112,25 +112,20 @@ fn error<T>(message: impl Into<String>) -> Result<T, UsageError> {
 /// build without every command has its own text: `usage_bridge.rs`.)
 #[cfg(all(feature = "serve", feature = "doctor", feature = "demo"))]
 pub fn usage() -> String {
-    include_str!("usage.txt")
-        .replace("{VERSION}", env!("CARGO_PKG_VERSION"))
-        .replace(
-            "{TIMEOUT}",
-            &bridge::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string(),
-        )
-        .replace("{MAX}", &serve::DEFAULT_MAX_CONNECTIONS.to_string())
-        .replace(
-            "{RECONNECT}",
-            &bridge::DEFAULT_RECONNECT_TIMEOUT.as_secs().to_string(),
-        )
-        .replace(
-            "{DOCTOR_TIMEOUT}",
-            &doctor::DEFAULT_TIMEOUT.as_secs().to_string(),
-        )
-        .replace(
+    let mut text = include_str!("usage.txt").replace("{VERSION}", env!("CARGO_PKG_VERSION"));
+    for (name, value) in [
+        ("{TIMEOUT}", bridge::DEFAULT_CONNECT_TIMEOUT.as_secs()),
+        ("{MAX}", serve::DEFAULT_MAX_CONNECTIONS as u64),
+        ("{RECONNECT}", bridge::DEFAULT_RECONNECT_TIMEOUT.as_secs()),
+        ("{DOCTOR_TIMEOUT}", doctor::DEFAULT_TIMEOUT.as_secs()),
+        (
             "{LOG_MAX}",
-            &(mcp_bridge::traffic_log::DEFAULT_MAX_FILE_BYTES >> 20).to_string(),
-        )
+            mcp_bridge::traffic_log::DEFAULT_MAX_FILE_BYTES >> 20,
+        ),
+    ] {
+        text = text.replace(name, &value.to_string());
+    }
+    text
 }
 
 /// The line printed by `--version`: version, git commit, target triple and
@@ -189,7 +184,7 @@ fn parse_with_env(
             #[cfg(feature = "demo")]
             Some("demo") => match args.next()? {
                 None => Ok(Command::Demo),
-                Some(arg) => arg.unexpected("demo"),
+                Some(arg) => Err(arg.unexpected("demo")),
             },
             Some(command) if left_out_of_this_build(command) => error(format!(
                 "'{}' is not in this build of mcp-bridge (built without the '{}' feature)",
@@ -241,7 +236,7 @@ impl BridgeLine {
         while let Some(arg) = args.next()? {
             let name = match arg {
                 Arg::Option(name) => name,
-                word => return word.unexpected(command),
+                word => return Err(word.unexpected(command)),
             };
             let name = name.as_str();
             match name {

@@ -152,6 +152,7 @@ mod refusal;
 /// [`ERROR_CODE`](crate::bridge::ERROR_CODE), under the name the host's
 /// users know it by.
 pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
+pub use crate::caller::{caller, Caller};
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 pub use peer_log::LogSink;
