@@ -92,6 +92,15 @@
 //! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same constant);
 //! `<why>` is a JSON string, written by the bridge's error-line writer.
 //!
+//! # Who is calling
+//!
+//! The handshake names the CLI session a bridge belongs to, not the agent
+//! behind each call: one Codex bridge carries all of a session's threads
+//! (its sub-agents), and VS Code serves every chat through one server. The
+//! CLIs name the caller in each tool call's `params._meta`, and [`caller`]
+//! reads it (docs/handshake.md, "Who is calling, per request", says what
+//! each CLI sends and what it proves: nothing, it is not authenticated).
+//!
 //! # Log lines
 //!
 //! Log lines go to stderr, prefixed `mcp-bridge:`, through [`diag`] (so a
