@@ -7,18 +7,6 @@
 //! with [`caller`] (public as `mcp_bridge::host::caller`); the traffic log
 //! records it.
 //!
-//! Keys, in the order they are tried (the first client whose key holds a
-//! non-empty string wins; docs/handshake.md says where each was checked):
-//!
-//! | client | `_meta` key | [`Caller`] field |
-//! |---|---|---|
-//! | Codex | `threadId` (else `x-codex-turn-metadata`'s `thread_id`) | `conversation` |
-//! | | `x-codex-turn-metadata`: `session_id`, `turn_id` | `session`, `call` |
-//! | Claude Code | `claudecode/toolUseId` | `call` |
-//! | VS Code | `vscode.conversationId`, `vscode.requestId` | `conversation`, `call` |
-//! | Antigravity | `antigravity.google/conversation_id` | `conversation` |
-//! | OpenCode | `ai.opencode/sessionID` | `conversation` |
-//!
 //! Nothing here is authenticated: any process that can reach the endpoint
 //! can write any `_meta`. It says which agent the CLI meant, not who is at
 //! the keyboard.
@@ -50,9 +38,21 @@ pub struct Caller<'a> {
 
 /// The caller a request's `params._meta` names, or `None` when it names
 /// none (a client not listed here, a request sent without `_meta`, a
-/// `_meta` that is not an object). Keys are tried in a fixed order, Codex,
-/// Claude Code, VS Code, Antigravity, then OpenCode (the [module
-/// table](self) lists them), and only non-empty strings count.
+/// `_meta` that is not an object). The keys, in the order they are tried
+/// (the first client whose key holds a non-empty string wins;
+/// docs/handshake.md says where each was checked):
+///
+/// | client | `_meta` key | [`Caller`] field |
+/// |---|---|---|
+/// | Codex | `threadId` (else `x-codex-turn-metadata`'s `thread_id`) | `conversation` |
+/// | | `x-codex-turn-metadata`'s `session_id`, `turn_id` | `session`, `call` |
+/// | Claude Code | `claudecode/toolUseId` | `call` |
+/// | VS Code | `vscode.conversationId`, `vscode.requestId` | `conversation`, `call` |
+/// | Antigravity | `antigravity.google/conversation_id` | `conversation` |
+/// | OpenCode | `ai.opencode/sessionID` | `conversation` |
+///
+/// A `_meta` is whatever the peer wrote: this names the agent the CLI
+/// meant, and proves nothing.
 ///
 /// ```
 /// use mcp_bridge::host::caller;
