@@ -10,8 +10,9 @@
 #   puts in a new crate's Cargo.toml. The ```rust blocks after it on the
 #   same page, up to the next such block, are compiled together in a new
 #   crate with exactly those dependencies (and none at all before the first
-#   such block: that is an error). Its mcp-bridge line must name Cargo.toml's
-#   `repository` and the tag `v<version>`; here it points at this checkout.
+#   such block: that is an error). Its mcp-bridge line must be the crates.io
+#   form with Cargo.toml's major and minor version (`version = "0.2"`);
+#   here it points at this checkout.
 # - Every ```rust block is compiled as written, `no_run`, `ignore` or
 #   neither, with warnings denied: one with a `fn main` is a program; one
 #   without is the body of `main`, as rustdoc takes it. No line may start
@@ -36,8 +37,7 @@ cd "$(dirname "$0")/.."
 
 root="$PWD"
 version="$(sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
-repository="$(sed -n '/^\[package\]/,/^\[/s/^repository = "\(.*\)"$/\1/p' Cargo.toml)"
-dependency="git = \"$repository\", tag = \"v$version\""
+dependency="version = \"${version%.*}\""
 work="$root/target/doc-blocks/pages"
 export CARGO_TARGET_DIR="$root/target/doc-blocks/target"
 rm -rf "$work"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The crate as a dependency sees it (issue 30): `cargo package` lists only
-# what Cargo.toml's `include` names, warns about nothing, and its
-# verification build passes; and `--version` names this crate's own commit
-# or none, never a wrong one: a packaged copy names the commit it was
-# packaged from (.cargo_vcs_info.json), and a copy vendored into another
-# git repository says `unknown` rather than that repository's commit.
+# The crate as a dependency sees it (issue 30): `cargo publish --dry-run`
+# (issue 37: crates.io would take it) warns about nothing and its
+# verification build passes, the package holds only what Cargo.toml's
+# `include` names (the license texts with it); and `--version` names this
+# crate's own commit or none, never a wrong one: a packaged copy names the
+# commit it was packaged from (.cargo_vcs_info.json), and a copy vendored
+# into another git repository says `unknown` rather than that
+# repository's commit.
 # Called by .ci/run; runs on its own too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,16 +28,32 @@ target="$PWD/target/ci-package"
 rm -rf "$target"
 export CARGO_TARGET_DIR="$target/package"
 
-step "cargo package: no warning, nothing but what Cargo.toml includes, and it builds"
-# --allow-dirty: so that this runs in a working copy with changes too; the
-# commit recorded is HEAD's either way.
-cargo package --locked --allow-dirty 2>&1 | tee "$scratch/package.log"
+# --allow-dirty only in a working copy with changes (run by hand): a clean
+# clone, as .ci/run's, is published as it is. The commit recorded is HEAD's
+# either way.
+dirty=()
+if [ -n "$(git status --porcelain)" ]; then
+    dirty=(--allow-dirty)
+fi
+
+step "cargo package: no warning, and it builds"
+cargo package --locked ${dirty[@]+"${dirty[@]}"} 2>&1 | tee "$scratch/package.log"
 if grep -q '^warning' "$scratch/package.log"; then
     echo "cargo package warned (above)" >&2
     exit 1
 fi
-cargo package --locked --allow-dirty --list >"$scratch/list"
-unexpected="$(grep -vE '^(src/|tests/.*\.rs$|benches/.*\.rs$|docs/[^/]*\.md$|examples/app_server\.rs$|build\.rs$|Cargo\.(toml|toml\.orig|lock)$|README\.md$|BENCHMARKS\.md$|\.cargo_vcs_info\.json$)' "$scratch/list" || true)"
+
+step "cargo publish --dry-run: crates.io would take it (name, metadata, license, dependencies)"
+# The package was built just above: no second verification build.
+cargo publish --dry-run --no-verify --locked ${dirty[@]+"${dirty[@]}"} 2>&1 | tee "$scratch/publish.log"
+if grep '^warning' "$scratch/publish.log" | grep -qv '^warning: aborting upload due to dry run$'; then
+    echo "cargo publish --dry-run warned (above)" >&2
+    exit 1
+fi
+
+step "the package holds nothing but what Cargo.toml includes"
+cargo package --locked ${dirty[@]+"${dirty[@]}"} --list >"$scratch/list"
+unexpected="$(grep -vE '^(src/|tests/.*\.rs$|benches/.*\.rs$|docs/[^/]*\.md$|examples/app_server\.rs$|build\.rs$|Cargo\.(toml|toml\.orig|lock)$|README\.md$|BENCHMARKS\.md$|LICENSE-(MIT|APACHE)$|\.cargo_vcs_info\.json$)' "$scratch/list" || true)"
 if [ -n "$unexpected" ]; then
     echo "the package holds files it should not:" >&2
     echo "$unexpected" >&2

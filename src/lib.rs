@@ -91,6 +91,10 @@ mod io;
 #[cfg(feature = "app-server")]
 pub mod app_server;
 pub mod bridge;
+// Who made a request, from its `_meta`: public through `host`, and read by
+// the traffic log.
+#[cfg(any(feature = "host", feature = "log"))]
+mod caller;
 pub mod diag;
 // Who else can redirect a path: the log's directories, the socket's.
 #[cfg(any(feature = "doctor", feature = "log"))]

@@ -514,17 +514,20 @@ fn fake_app(socket: &Path, app: fn(Conn) -> io::Result<()>) {
 /// Issue 20, doctor 1: `mcp-server`'s whole command line works with
 /// `doctor` in its place; the options that apply are used (the log gets
 /// the session, the pasted configuration keeps them) and the report says
-/// which are ignored and why.
+/// which are ignored and why. Issue 37: the cache options too (doctor
+/// refused them as unknown).
 #[test]
 fn doctor_takes_mcp_servers_command_line() {
     let dir = TempDir::new("doctor-line", 0o700);
     let socket = dir.socket();
     let _host = Host::start(&socket, Behaviour::Healthy);
     let log = dir.0.join("bridge.log");
+    let cache = dir.0.join("cache");
     let endpoint = socket.to_str().unwrap();
     #[rustfmt::skip]
     let line = ["--endpoint", endpoint, "--project", "p1", "--requester", "agent", "--connect-timeout", "5",
-        "--reconnect-timeout", "7", "--no-reconnect", "--log", log.to_str().unwrap()];
+        "--reconnect-timeout", "7", "--no-reconnect", "--log", log.to_str().unwrap(),
+        "--cache-dir", cache.to_str().unwrap()];
     let output = doctor(&line);
     let report = text(&output.stdout);
     assert_eq!(
@@ -583,7 +586,13 @@ fn doctor_takes_mcp_servers_command_line() {
     // MCP_BRIDGE_LOG, as for mcp-server, and --json says what it ignores.
     let env_log = dir.0.join("env.log");
     let output = doctor_with(
-        &["--endpoint", endpoint, "--reconnect-timeout=7", "--json"],
+        &[
+            "--endpoint",
+            endpoint,
+            "--reconnect-timeout=7",
+            "--no-cache",
+            "--json",
+        ],
         Some(&env_log),
     );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));

@@ -778,3 +778,40 @@ fn log_lines_go_to_the_apps_function_instead_of_stderr() {
         drop(listener);
     });
 }
+
+/// `host::caller` reads each CLI's keys (Codex's thread, turn and session,
+/// Claude Code's tool use, VS Code's chat and request, Antigravity's
+/// conversation, OpenCode's session), in the documented order, and only
+/// non-empty strings.
+#[test]
+fn caller_reads_each_clis_keys_in_order() {
+    use mcp_bridge::host::caller;
+    let s = Some;
+    #[rustfmt::skip]
+    let cases = [
+        (r#"{"threadId":"t","x-codex-turn-metadata":{"session_id":"s","thread_id":"t","turn_id":"u"}}"#,
+            Some(("codex", s("s"), s("t"), s("u")))),
+        // A sub-agent's thread: the turn metadata's thread is not needed.
+        (r#"{"threadId":"sub","x-codex-turn-metadata":{"session_id":"s"}}"#, Some(("codex", s("s"), s("sub"), None))),
+        (r#"{"x-codex-turn-metadata":{"thread_id":"t","turn_id":"u"}}"#, Some(("codex", None, s("t"), s("u")))),
+        (r#"{"claudecode/toolUseId":"toolu_1","progressToken":2}"#, Some(("claude-code", None, None, s("toolu_1")))),
+        (r#"{"vscode.conversationId":"c","vscode.requestId":"r","progressToken":"p"}"#, Some(("vscode", None, s("c"), s("r")))),
+        (r#"{"vscode.requestId":"r"}"#, Some(("vscode", None, None, s("r")))),
+        (r#"{"antigravity.google/conversation_id":"a"}"#, Some(("antigravity", None, s("a"), None))),
+        (r#"{"ai.opencode/sessionID":"ses_1"}"#, Some(("opencode", None, s("ses_1"), None))),
+        // The order: Codex before Claude Code before VS Code before the rest.
+        (r#"{"ai.opencode/sessionID":"o","claudecode/toolUseId":"c","threadId":"t"}"#, Some(("codex", None, s("t"), None))),
+        (r#"{"ai.opencode/sessionID":"o","vscode.conversationId":"v"}"#, Some(("vscode", None, s("v"), None))),
+        // Empty strings and other types name no one; neither does a bare token.
+        (r#"{"threadId":"","claudecode/toolUseId":7,"ai.opencode/sessionID":"o"}"#, Some(("opencode", None, s("o"), None))),
+        (r#"{"progressToken":1,"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#, None),
+        (r#"{}"#, None),
+        (r#"null"#, None),
+        (r#""threadId""#, None),
+    ];
+    for (meta, expected) in cases {
+        let meta: serde_json::Value = serde_json::from_str(meta).unwrap();
+        let who = caller(&meta).map(|c| (c.client, c.session, c.conversation, c.call));
+        assert_eq!(who, expected, "{}", meta);
+    }
+}

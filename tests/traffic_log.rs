@@ -168,6 +168,42 @@ fn serve_logs_both_directions_and_its_events() {
     assert!(serve.stdout().is_empty(), "serve wrote to stdout");
 }
 
+/// A request that names its caller in `params._meta` (Codex's thread and
+/// turn, VS Code's chat and request) gets `caller=` and the ids in its
+/// record; one that names none (or is an answer going back) gets none.
+#[test]
+fn a_request_record_names_its_caller() {
+    let dir = TempDir::new("log-caller", 0o700);
+    let log = log_path(&dir);
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
+    let mut client = Client::connect(&dir.socket(), "r");
+    let lines: [&[u8]; 3] = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"threadId":"th-2","x-codex-turn-metadata":{"session_id":"se-1","thread_id":"th-2","turn_id":"tu-3"}}}}"#,
+        br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"vscode.conversationId":"chat 1","vscode.requestId":"req-9"}}}"#,
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":3}}}"#,
+    ];
+    for line in lines {
+        client.echo(&[line, b"\n"].concat());
+    }
+    drop(client);
+    wait_for_record(&mut serve, &log, "ended");
+    let records = records(&log);
+    let heads: Vec<&str> = records
+        .iter()
+        .filter(|r| !r.starts_with("event "))
+        .map(|r| &r[..r.find(" len=").unwrap()])
+        .collect();
+    #[rustfmt::skip]
+    assert_eq!(heads, [
+        "cli->app conn=1 request id=1 method=tools/call caller=codex session=se-1 conversation=th-2 call=tu-3",
+        "app->cli conn=1 request id=1 method=tools/call",
+        "cli->app conn=1 request id=2 method=tools/call caller=vscode conversation=chat\\x201 call=req-9",
+        "app->cli conn=1 request id=2 method=tools/call",
+        "cli->app conn=1 request id=3 method=tools/call",
+        "app->cli conn=1 request id=3 method=tools/call",
+    ], "{}", records.join("\n"));
+}
+
 /// Whatever a message holds (JSON's `\n` escapes, a CRLF, invalid UTF-8,
 /// control bytes, C1 controls and U+2028 raw in valid JSON), its record is
 /// one line, and the bytes that are not printable UTF-8 are written as

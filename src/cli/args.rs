@@ -13,7 +13,7 @@ use mcp_bridge::endpoint::ServerUser;
 
 #[cfg(feature = "serve")]
 use super::MAX_MAX_CONNECTIONS;
-use super::{error, Command, UsageError, MAX_SECONDS};
+use super::{UsageError, MAX_SECONDS};
 
 /// One step through the arguments.
 pub(super) enum Arg {
@@ -25,15 +25,16 @@ pub(super) enum Arg {
 }
 
 impl Arg {
-    pub(super) fn unexpected(self, command: &str) -> Result<Command, UsageError> {
-        match self {
-            Arg::Option(name) => error(format!("unknown option '{}'", name)),
-            Arg::Word(word) => error(format!(
+    /// The error for an argument `command` does not take.
+    pub(super) fn unexpected(self, command: &str) -> UsageError {
+        UsageError(match self {
+            Arg::Option(name) => format!("unknown option '{}'", name),
+            Arg::Word(word) => format!(
                 "unexpected argument '{}' for '{}'",
                 word.to_string_lossy(),
                 command
-            )),
-        }
+            ),
+        })
     }
 }
 

@@ -96,6 +96,11 @@ const MISTAKES: &[(&[&str], &str)] = &[
     (&["doctor", "--endpoint=/x", "--trust-server-user=me"], "'--trust-server-user': "),
     (&["doctor", "--endpoint=/x", "--log="], "option '--log' must not be empty"),
     (&["doctor", "--endpoint=/x", "now"], "unexpected argument 'now' for 'doctor'"),
+    (&["doctor", "--endpoint=/x", "--cache-dir="], "option '--cache-dir' must not be empty"),
+    (&["doctor", "--endpoint=/x", "--no-cache", "--cache-dir=/c"], "--cache-dir and --no-cache cannot be used together"),
+    (&["mcp-server", "--endpoint=/x", "--cache-dir=/c", "--no-cache"], "--cache-dir and --no-cache cannot be used together"),
+    (&["mcp-server", "--endpoint=/x", "--json"], "unknown option '--json'"),
+    (&["mcp-server", "--endpoint=/x", "--timeout=1"], "unknown option '--timeout'"),
 ];
 
 #[test]
@@ -270,6 +275,8 @@ fn help_version_and_demo() {
     }
     #[cfg(feature = "serve")]
     assert!(matches!(parse_strs(&["serve", "-h"]), Ok(Command::Help)));
+    #[cfg(feature = "doctor")]
+    assert!(matches!(parse_strs(&["doctor", "--endpoint=/x", "-h"]), Ok(Command::Help)));
     for args in [&["-V"][..], &["--version"]] {
         assert!(matches!(parse_strs(args), Ok(Command::Version)), "{:?}", args);
     }
@@ -380,12 +387,20 @@ fn doctor_takes_every_mcp_server_option() {
     const TRUSTED: &str = "S-1-5-18";
     #[rustfmt::skip]
     let line = ["--endpoint", "/s.sock", "--project", "p", "--requester", "r", "--connect-timeout", "3",
-        "--reconnect-timeout=7.5", "--no-reconnect", "--trust-server-user", TRUSTED, "--log", "/tmp/b.log"];
+        "--reconnect-timeout=7.5", "--no-reconnect", "--trust-server-user", TRUSTED, "--log", "/tmp/b.log",
+        "--cache-dir", "/tmp/cache"];
     let bridge = bridge(&line);
-    let config = match parse_strs(&[&["doctor"], &line[..]].concat()) {
+    let doctor = |line: &[&str]| match parse_strs(&[&["doctor"], line].concat()) {
         Ok(Command::Doctor(Doctor { config, .. })) => config,
         other => panic!("expected doctor, got {:?}", other),
     };
+    let config = doctor(&line);
+    // The cache is the bridge's alone: doctor asks the app itself.
+    assert_eq!(bridge.cache, Some(PathBuf::from("/tmp/cache")));
+    assert_eq!(
+        doctor(&["--endpoint=/x", "--no-cache"]),
+        doctor::Config::new("/x")
+    );
     assert_eq!(config.endpoint, bridge.endpoint);
     assert_eq!(config.handshake, bridge.handshake);
     assert_eq!(config.connect_timeout, Some(bridge.connect_timeout));

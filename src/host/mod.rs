@@ -92,6 +92,15 @@
 //! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same constant);
 //! `<why>` is a JSON string, written by the bridge's error-line writer.
 //!
+//! # Who is calling
+//!
+//! The handshake names the CLI session a bridge belongs to, not the agent
+//! behind each call: one Codex bridge carries all of a session's threads
+//! (its sub-agents), and VS Code serves every chat through one server. The
+//! CLIs name the caller in each tool call's `params._meta`, and [`caller`]
+//! reads it (docs/handshake.md, "Who is calling, per request", says what
+//! each CLI sends and what it proves: nothing, it is not authenticated).
+//!
 //! # Log lines
 //!
 //! Log lines go to stderr, prefixed `mcp-bridge:`, through [`diag`] (so a
@@ -152,6 +161,7 @@ mod refusal;
 /// [`ERROR_CODE`](crate::bridge::ERROR_CODE), under the name the host's
 /// users know it by.
 pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
+pub use crate::caller::{caller, Caller};
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 pub use peer_log::LogSink;

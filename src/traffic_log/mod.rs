@@ -104,8 +104,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use record::Direction;
 pub use tap::{LineTap, TapRead, TapWrite};
 
+use crate::caller::caller;
 use crate::diag;
-use crate::envelope::Envelope;
+use crate::envelope::json::push_json_string;
+use crate::envelope::{Envelope, Kind};
 use file::LogFile;
 
 /// Default size at which the log file is rotated: days of a busy agent's
@@ -327,14 +329,19 @@ impl TrafficLog {
     /// `start mcp-bridge <version> pid=<pid> argv=[...]`, the argument
     /// list as a JSON array.
     pub fn start(&self) {
-        let argv: Vec<String> = std::env::args_os()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let mut argv = vec![b'['];
+        for (i, arg) in std::env::args_os().enumerate() {
+            if i > 0 {
+                argv.push(b',');
+            }
+            push_json_string(&mut argv, &arg.to_string_lossy());
+        }
+        argv.push(b']');
         self.event(format_args!(
             "start mcp-bridge {} pid={} argv={}",
             env!("CARGO_PKG_VERSION"),
             std::process::id(),
-            serde_json::Value::from(argv)
+            String::from_utf8_lossy(&argv)
         ));
     }
 
@@ -434,8 +441,20 @@ impl TrafficLog {
         len: u64,
     ) {
         let conn = self.conn;
+        // Read before the queue's lock is taken: the parse is the cost.
+        let request = match (direction, envelope.kind) {
+            (Direction::CliToApp, Kind::Request) => request_of(shown, len),
+            _ => None,
+        };
+        let caller = request.as_ref().and_then(|r| caller(&r["params"]["_meta"]));
         self.push(|out, micros| {
-            record::write_message(out, micros, direction, conn, envelope, shown, len)
+            let message = record::Message {
+                envelope,
+                caller: caller.as_ref(),
+                shown,
+                len,
+            };
+            record::write_message(out, micros, direction, conn, &message)
         });
     }
 
@@ -479,6 +498,17 @@ impl TrafficLog {
             shared.work.notify_one();
         }
     }
+}
+
+/// A request whose caller its `params._meta` may name (see `caller.rs`),
+/// parsed: if the record keeps the whole request and it has a `_meta` at
+/// all; only then is it parsed, once, on the relay's thread. Requests are small (a
+/// tool's arguments); the results that can be large go the other way.
+fn request_of(shown: &[u8], len: u64) -> Option<serde_json::Value> {
+    if shown.len() as u64 != len || !shown.windows(7).any(|w| w == b"\"_meta\"") {
+        return None;
+    }
+    serde_json::from_str(std::str::from_utf8(shown).ok()?).ok()
 }
 
 /// The time now, as records carry it: microseconds since the Unix epoch.

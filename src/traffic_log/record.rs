@@ -33,6 +33,7 @@
 use std::io::Write;
 use std::str;
 
+use crate::caller::Caller;
 use crate::envelope::{Envelope, Kind};
 
 /// Which way a message went, seen from the bridge: from the MCP CLI to the
@@ -271,28 +272,57 @@ fn write_head(out: &mut Vec<u8>, micros: u64, what: &str, conn: Option<u64>) {
     }
 }
 
-/// One message's record. `shown` is the start of the message (at most the
-/// cap; a final `\n` is not part of it); `len` is the message's whole
-/// length, its `\n` not included.
+/// What one message's record says.
+pub(super) struct Message<'a> {
+    /// Its kind, `id` and `method`.
+    pub(super) envelope: &'a Envelope<'a>,
+    /// Who made it, for a request that names its caller.
+    pub(super) caller: Option<&'a Caller<'a>>,
+    /// The start of the message (at most the cap; a final `\n` is not
+    /// part of it).
+    pub(super) shown: &'a [u8],
+    /// The message's whole length, its `\n` not included.
+    pub(super) len: u64,
+}
+
+/// One message's record: `kind id= method=`, then for a request that
+/// names its caller `caller=<client>` and those of `session=`,
+/// `conversation=` and `call=` it names, then `len=` and the message.
 pub(super) fn write_message(
     out: &mut Vec<u8>,
     micros: u64,
     direction: Direction,
     conn: Option<u64>,
-    envelope: &Envelope<'_>,
-    shown: &[u8],
-    len: u64,
+    message: &Message<'_>,
 ) {
+    let Message {
+        envelope,
+        caller,
+        shown,
+        len,
+    } = *message;
     write_head(out, micros, direction.field(), conn);
     out.push(b' ');
     out.extend_from_slice(kind_field(envelope.kind).as_bytes());
-    if let Some(id) = envelope.id {
-        out.extend_from_slice(b" id=");
-        escape_into(out, id, true, false);
-    }
-    if let Some(method) = envelope.method {
-        out.extend_from_slice(b" method=");
-        escape_into(out, method.as_bytes(), true, false);
+    let fields = [
+        (&b" id="[..], envelope.id),
+        (b" method=", envelope.method.map(str::as_bytes)),
+        (b" caller=", caller.map(|c| c.client.as_bytes())),
+        (
+            b" session=",
+            caller.and_then(|c| c.session).map(str::as_bytes),
+        ),
+        (
+            b" conversation=",
+            caller.and_then(|c| c.conversation).map(str::as_bytes),
+        ),
+        (b" call=", caller.and_then(|c| c.call).map(str::as_bytes)),
+    ];
+    for (name, value) in fields.iter() {
+        if let Some(value) = value {
+            out.extend_from_slice(name);
+            escape_into(out, value, true, false);
+        }
     }
     out.extend_from_slice(b" len=");
     push_number(out, len);
@@ -500,11 +530,60 @@ mod tests {
         }
     }
 
+    /// A record of a message that names no caller.
+    fn write(
+        out: &mut Vec<u8>,
+        micros: u64,
+        direction: Direction,
+        conn: Option<u64>,
+        envelope: &Envelope<'_>,
+        shown: &[u8],
+        len: u64,
+    ) {
+        let message = Message {
+            envelope,
+            caller: None,
+            shown,
+            len,
+        };
+        write_message(out, micros, direction, conn, &message);
+    }
+
+    /// A request's caller: `caller=` and the ids it names, each escaped
+    /// as a field, between the method and the length.
+    #[test]
+    fn a_request_names_its_caller() {
+        let mut out = Vec::new();
+        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#;
+        let caller = Caller {
+            client: "codex",
+            session: Some("s-1"),
+            conversation: Some("thread 2"),
+            call: None,
+        };
+        let message = Message {
+            envelope: &envelope(Kind::Request, Some(b"1"), Some("tools/call")),
+            caller: Some(&caller),
+            shown: request,
+            len: request.len() as u64,
+        };
+        write_message(&mut out, 0, Direction::CliToApp, None, &message);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(
+                "1970-01-01T00:00:00.000000Z cli->app request id=1 method=tools/call caller=codex \
+                 session=s-1 conversation=thread\\x202 len={} {}\n",
+                request.len(),
+                String::from_utf8_lossy(request)
+            )
+        );
+    }
+
     #[test]
     fn message_records_name_their_fields() {
         let mut out = Vec::new();
         let request = br#"{"jsonrpc":"2.0","id":"a b","method":"tools/call"}"#;
-        write_message(
+        write(
             &mut out,
             1_000_000,
             Direction::CliToApp,
@@ -523,7 +602,7 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        write_message(
+        write(
             &mut out,
             0,
             Direction::AppToCli,
@@ -541,7 +620,7 @@ mod tests {
     #[test]
     fn a_long_message_says_how_much_was_left_out() {
         let mut out = Vec::new();
-        write_message(
+        write(
             &mut out,
             0,
             Direction::AppToCli,
