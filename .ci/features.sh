@@ -31,10 +31,14 @@ FULL_TARGET=800000
 # without smol (a shorter build, +440 bytes) and the stderr line that
 # says when an instance took the session after an absence: 504,320 and
 # 894,416; the cache's directory held open while its files are opened in
-# it (openat, renameat): 505,296 and 895,752. The ceilings are those,
-# rounded up to the next thousand.
-BRIDGE_ONLY_LIMIT=506000
-FULL_LIMIT=896000
+# it (openat, renameat): 505,296 and 895,752. Issue 38's levers, each
+# lowering the ceilings as it lands: a C `main` of our own on Unix
+# (src/ffi/entry.rs): 489,416 and 881,464; LLVM's machine outliner
+# (.cargo/config.toml, which these builds read): 475,304 and 858,488. The
+# ceilings are the last
+# figures, rounded up to the next thousand.
+BRIDGE_ONLY_LIMIT=476000
+FULL_LIMIT=859000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's
