@@ -404,6 +404,8 @@ pub(crate) struct Connected<AR, AW> {
     pub(crate) writer: AW,
     /// Who serves it (see [`endpoint::instance`]).
     pub(crate) instance: Option<u64>,
+    /// The user serving it, who passed the trust check (none: not told).
+    pub(crate) server: Option<ServerUser>,
 }
 
 /// A connection attempt's future, borrowing its connector.
@@ -448,8 +450,12 @@ impl Connector for EndpointConnector<'_> {
             let (reader, mut writer) = endpoint::connect(&config.endpoint, budget)
                 .await
                 .map_err(BridgeError::Connect)?;
-            endpoint::verify_server(&config.endpoint, &reader, config.trusted_server.as_ref())
-                .map_err(BridgeError::Connect)?;
+            let server = endpoint::verified_server(
+                &config.endpoint,
+                &reader,
+                config.trusted_server.as_ref(),
+            )
+            .map_err(BridgeError::Connect)?;
             let instance = endpoint::instance(&config.endpoint, &reader);
             let mut handshake = config.handshake.clone();
             handshake.resumed = resumed;
@@ -467,6 +473,7 @@ impl Connector for EndpointConnector<'_> {
                 reader,
                 writer,
                 instance,
+                server: Some(server),
             })
         })
     }

@@ -119,7 +119,9 @@ pub(super) fn taken_back(ledger: &mut Ledger, result: &[u8], log: Option<&Traffi
         // what the app says now.
         ledger.record.by_bridge = false;
     }
-    ledger.cache.save_initialize(result);
+    if let Some(asked) = &ledger.record.initialize {
+        ledger.cache.learn(asked, Some(result));
+    }
     if let Some(log) = log {
         log.event(format_args!(
             "the app's new instance took the session back (the replayed initialize was answered)"

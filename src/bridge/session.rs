@@ -93,6 +93,18 @@ struct Absence {
     reached: bool,
 }
 
+impl Absence {
+    /// Whether the cache may answer for the app: only when it is not there
+    /// (not running, restarting); a refusal, an untrusted server or a crash
+    /// loop gets its error.
+    fn answered_for(&self) -> bool {
+        matches!(
+            self.answer.reason,
+            Reason::AppNotRunning | Reason::AppRestarting
+        )
+    }
+}
+
 /// The outcome of running something while holding the client's lines.
 enum Held<T> {
     Done(T),
@@ -164,11 +176,13 @@ where
                 "the app closed the connection while this request was being sent".into(),
             ),
         };
-        let cache = Cache::open(
+        let mut cache = Cache::open(
             config.cache.as_deref(),
             &config.endpoint,
             &config.handshake.project,
+            config.trusted_server.as_ref(),
         );
+        cache.log_to(log);
         let ledger = Ledger::new(cache, config.endpoint.clone());
         Session {
             config,
@@ -251,7 +265,11 @@ where
             reader,
             writer,
             instance,
+            server,
         } = connected;
+        if let Some(server) = server {
+            self.io.ledger.borrow_mut().cache.served_by(server);
+        }
         let resumed = !matches!(origin, Origin::Connecting)
             || self.reached
             || self.io.ledger.borrow().has_session();
@@ -522,7 +540,7 @@ where
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         {
             let mut ledger = self.io.ledger.borrow_mut();
-            ledger.app_absent = true;
+            ledger.app_absent = absence.answered_for();
             self.io
                 .client
                 .go_absent(Rc::clone(&absence.answer), &mut ledger);
@@ -568,10 +586,11 @@ where
                 Held::Done(Err(e)) => {
                     if !heals(&e) {
                         absence = self.absence(e);
-                        self.io.client.go_absent(
-                            Rc::clone(&absence.answer),
-                            &mut self.io.ledger.borrow_mut(),
-                        );
+                        let mut ledger = self.io.ledger.borrow_mut();
+                        ledger.app_absent = absence.answered_for();
+                        self.io
+                            .client
+                            .go_absent(Rc::clone(&absence.answer), &mut ledger);
                     }
                     pause = (pause * 2).min(REFUSED_LOOK_CAP);
                 }

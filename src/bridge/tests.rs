@@ -68,6 +68,7 @@ impl Connector for Fake {
                 reader: bridge_reader,
                 writer: bridge_writer,
                 instance,
+                server: crate::endpoint::ServerUser::own().ok(),
             })
         })
     }

@@ -214,6 +214,16 @@ pub fn verify_server(
     reader: &Reader,
     also: Option<&ServerUser>,
 ) -> Result<(), ConnectError> {
+    verified_server(endpoint, reader, also).map(drop)
+}
+
+/// [`verify_server`], saying who serves when it is trusted (the bridge's
+/// answers cache records whose answers it keeps).
+pub(crate) fn verified_server(
+    endpoint: &Path,
+    reader: &Reader,
+    also: Option<&ServerUser>,
+) -> Result<ServerUser, ConnectError> {
     let refuse = |fault: Fault, source: io::Error| ConnectError {
         endpoint: endpoint.to_path_buf(),
         timeout: Duration::ZERO,
@@ -223,9 +233,7 @@ pub fn verify_server(
     let server =
         platform::server_principal(&reader.0).map_err(|e| refuse(Fault::Unidentified, e))?;
     let me = platform::own_principal().map_err(|e| refuse(Fault::Unidentified, e))?;
-    let trusted =
-        platform::trusted_by_default(&server, &me) || also.map_or(false, |u| u.0 == server);
-    if trusted {
+    if trusts(&server, &me, also) {
         // The name's owner is trusted; on Windows, the process serving our
         // instance must be too (see `windows.rs`, "Who serves the pipe").
         #[cfg(windows)]
@@ -240,7 +248,7 @@ pub fn verify_server(
                 ),
             })?;
         }
-        return Ok(());
+        return Ok(ServerUser(server));
     }
     Err(refuse(
         Fault::Untrusted {
@@ -249,6 +257,36 @@ pub fn verify_server(
         },
         io::ErrorKind::PermissionDenied.into(),
     ))
+}
+
+/// The trust rule of [`verify_server`]: `server` is trusted by `me` (by
+/// default) or is `also`.
+fn trusts(
+    server: &platform::Principal,
+    me: &platform::Principal,
+    also: Option<&ServerUser>,
+) -> bool {
+    platform::trusted_by_default(server, me) || also.map_or(false, |u| u.0 == *server)
+}
+
+impl ServerUser {
+    /// Whether a bridge trusting `also` besides the defaults would talk to
+    /// a server run by this user now (the rule of [`verify_server`], less
+    /// the per-connection checks). False when our own user cannot be told.
+    pub(crate) fn trusted(&self, also: Option<&ServerUser>) -> bool {
+        platform::own_principal().map_or(false, |me| trusts(&self.0, &me, also))
+    }
+
+    /// Its plain form, which `str::parse` reads back: the uid, the SID.
+    pub(crate) fn plain(&self) -> String {
+        self.0.to_string()
+    }
+
+    /// The user this process runs as (the session's tests serve as it).
+    #[cfg(test)]
+    pub(crate) fn own() -> io::Result<ServerUser> {
+        platform::own_principal().map(ServerUser)
+    }
 }
 
 /// Why [`connect`] or [`verify_server`] failed. Its Display text names the

@@ -1,35 +1,76 @@
-//! The app's last answers to `server/discover` and `initialize`, kept on
-//! disk per user, endpoint and project, so that a client that starts before
-//! the app is not lost.
+//! The app's last answers to `initialize`, `server/discover` and the lists
+//! (`tools/list`, `prompts/list`, `resources/list`,
+//! `resources/templates/list`, every page), kept on disk per user, endpoint
+//! and project, so that a client that starts before the app is not lost.
 //!
 //! Users start their CLI before the app every day. A client's first
 //! request is its `server/discover` probe or its `initialize`, and what it
 //! gets decides the session: an error makes a dual-era client settle on
 //! the legacy era for the life of the bridge (or fail, if it is modern
-//! only), and a CLI whose `initialize` failed never asks again. With the
-//! app's last answer kept here, the bridge answers for the absent app,
-//! and when the app comes, resumes the session as after a restart and
-//! tells the client the lists may have changed.
+//! only), a CLI whose `initialize` failed never asks again, and one that
+//! keeps a tool catalog and ignores `list_changed` (Codex, for 30 minutes)
+//! has no tools for the whole session if its first `tools/list` failed.
+//! With the app's last answers kept here, the bridge answers for the
+//! absent app, and when the app comes, resumes the session as after a
+//! restart and tells the client the lists may have changed.
 //!
-//! The rules:
-//! - only answers of a server that passed the trust check are kept (every
-//!   connection the bridge makes has), each at most [`VALUE_LIMIT`];
-//! - one small file per endpoint and project (a hash names it, and the file
-//!   repeats both in full, so a collision is a miss), at most
-//!   [`FILE_LIMIT`] files (the oldest go);
-//! - owner-only: the directory is created `0700`, must be ours and not
-//!   writable by others, and files are opened without following symbolic
-//!   links, written whole to a new file and renamed into place (on Windows
-//!   the per-user `%LOCALAPPDATA%` gives the same);
-//! - a cache that cannot be used is said once on stderr, and the session
-//!   goes on without it;
-//! - deleting the directory clears it; `--no-cache` turns it off.
+//! But an answer from here is the bridge speaking in the app's name, so
+//! the rules are strict:
+//! - **Whose answer.** An entry records the user who served it (a uid; an
+//!   owner SID on Windows), who had passed the trust check, and the trust
+//!   rule of the bridge that kept it. It answers only for a bridge that
+//!   would trust that user now, and only while the app is not there (the
+//!   ledger asks only then: never after a refusal, an untrusted server or
+//!   a crash loop).
+//! - **Which question.** One entry per request the answer depends on: the
+//!   method, `initialize`'s `protocolVersion`, a list's `cursor`, and the
+//!   2026-07-28 `_meta` protocol version; the endpoint's exact bytes and
+//!   the project. So concurrent bridges of one project keep each era's
+//!   answers, each in a file of its own (renamed into place whole), and an
+//!   `initialize` is never answered with a version it did not ask for.
+//!   Multi round-trip retries (`inputResponses`, `requestState`) and
+//!   `input_required` results are never kept (spec:
+//!   `server/utilities/caching`).
+//! - **What is said.** The result alone is kept, checked to be one
+//!   complete JSON object when it is stored and again when it is read (a
+//!   damaged entry is discarded and said once on stderr); the envelope and
+//!   the id are always the bridge's. A 2026-07-28 result is served with
+//!   `ttlMs: 0` (its `cacheScope` kept), so no client keeps a stale answer
+//!   as fresh. A newer answer that cannot be kept (an error, too long)
+//!   removes the older one. Every answer given from here is said on
+//!   stderr (once a session) and in the traffic log.
+//! - **What is touched.** The directory is opened once, not through a
+//!   link, checked to be ours and not writable by others, and held: files
+//!   are read, written (with `fsync` before the rename) and removed through
+//!   it, never by path. A file is removed or replaced only when it is
+//!   provably the bridge's: its name is [`PREFIX`]`<16 hex>`[`SUFFIX`],
+//!   it is a regular file of ours (not followed through a link), and it
+//!   starts with the bridge's own header ([`entry::MAGIC`]). A
+//!   `--cache-dir` that holds other files loses none of them.
+//! - At most [`FILE_LIMIT`] answers in the directory (the oldest go), each
+//!   result at most [`VALUE_LIMIT`]; a cache that cannot be used is said
+//!   once on stderr, and the session goes on without it; deleting the
+//!   directory clears it; `--no-cache` turns it off.
+//!
+//! # What each platform provides
+//! `unix.rs` and `windows.rs` give the same small interface: the user's
+//! cache directory (`user_cache_dir`), a path's exact bytes
+//! (`path_bytes`), and a held directory (`Dir`) with `open(path, create)`,
+//! `read(name, limit)` (a regular file of ours, not through a link),
+//! `write(name, text)` (whole, synced, renamed; never over a file that is
+//! not ours), `remove(name)` (only a file of ours that starts with
+//! [`entry::MAGIC`]) and `files()` (the bridge's answer files, with their
+//! modification times).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::diag;
-use crate::envelope::json::push_json_string;
+use super::ledger::Recorded;
+use crate::endpoint::ServerUser;
+use crate::envelope::json::member;
+use crate::traffic_log::TrafficLog;
+
+mod entry;
 
 #[cfg(unix)]
 mod unix;
@@ -40,15 +81,20 @@ mod windows;
 #[cfg(windows)]
 use windows as platform;
 
-/// Largest answer kept. An `initialize` result is a few hundred bytes; one
-/// with long `instructions` a few KiB.
+use entry::Read;
+
+/// Largest result kept. An `initialize` result is a few hundred bytes, one
+/// with long `instructions` a few KiB; a page of tools some tens of KiB.
 pub const VALUE_LIMIT: usize = 64 * 1024;
 
-/// Most files kept in the directory: one per endpoint and project in use.
-pub const FILE_LIMIT: usize = 64;
+/// Most answer files kept in the directory: a few per endpoint and project
+/// in use (an `initialize` per protocol version, a `server/discover`, a
+/// page or two of each list), for a few dozen of them: 16 MiB at most.
+pub const FILE_LIMIT: usize = 256;
 
-/// The first line of every file: the format, for a later one to tell.
-const MAGIC: &str = "mcp-bridge cache 1";
+/// How every answer file's name starts, and ends.
+const PREFIX: &str = "mcpb-";
+const SUFFIX: &str = ".answer";
 
 /// Where the cache lives unless told otherwise: the platform's per-user
 /// cache directory, `mcp-bridge` in it (`$XDG_CACHE_HOME/mcp-bridge` or
@@ -58,272 +104,250 @@ pub fn default_dir() -> Option<PathBuf> {
     platform::user_cache_dir().map(|dir| dir.join("mcp-bridge"))
 }
 
-/// One endpoint and project's kept answers.
+/// One session's view of the answers of an endpoint and project.
 #[derive(Debug, Default)]
 pub(in crate::bridge) struct Cache {
-    /// The file, when the cache is on.
-    file: Option<PathBuf>,
-    endpoint: String,
-    project: String,
-    discover: Option<Vec<u8>>,
-    initialize: Option<Vec<u8>>,
+    /// The directory, when the cache is on.
+    dir: Option<PathBuf>,
+    /// The directory, once opened.
+    held: Option<platform::Dir>,
+    /// The endpoint's exact bytes and the project, apart: every key starts
+    /// with them.
+    base: Vec<u8>,
+    /// The user this bridge trusts besides the defaults.
+    trusted: Option<ServerUser>,
+    /// Who serves the instance the bridge is connected to (or was last).
+    server: Option<ServerUser>,
+    log: Option<TrafficLog>,
+    /// Said on stderr already: an answer given, an entry passed over.
+    said_answered: bool,
+    said_passed_over: bool,
 }
 
 impl Cache {
-    /// The cache of `endpoint` and `project` in `dir` (none: off), with
-    /// what it holds.
-    pub(in crate::bridge) fn open(dir: Option<&Path>, endpoint: &Path, project: &str) -> Cache {
-        let mut cache = Cache {
-            file: None,
-            endpoint: endpoint.to_string_lossy().into_owned(),
-            project: project.to_string(),
-            discover: None,
-            initialize: None,
-        };
-        let dir = match dir {
-            Some(dir) => dir,
-            None => return cache,
-        };
-        let name = format!("{:016x}.answers", key_hash(&cache.endpoint, project));
-        cache.file = Some(dir.join(name));
-        if let Err(e) = cache.load() {
-            if e.kind() != io::ErrorKind::NotFound {
-                cache.off(&e);
+    /// The cache of `endpoint` and `project` in `dir` (none: off), for a
+    /// bridge that trusts `trusted` besides the defaults.
+    pub(in crate::bridge) fn open(
+        dir: Option<&Path>,
+        endpoint: &Path,
+        project: &str,
+        trusted: Option<&ServerUser>,
+    ) -> Cache {
+        let mut base = platform::path_bytes(endpoint);
+        base.push(0);
+        base.extend_from_slice(project.as_bytes());
+        Cache {
+            dir: dir.map(Path::to_path_buf),
+            base,
+            trusted: trusted.cloned(),
+            ..Cache::default()
+        }
+    }
+
+    /// Where answers given from the cache are written down, besides stderr.
+    pub(in crate::bridge) fn log_to(&mut self, log: Option<&TrafficLog>) {
+        self.log = log.cloned();
+    }
+
+    /// The bridge is connected to an instance served by `server`, who
+    /// passed the trust check: answers learnt from now on are its.
+    pub(in crate::bridge) fn served_by(&mut self, server: ServerUser) {
+        self.server = Some(server);
+    }
+
+    /// The result to answer `request` with while the app is away (its
+    /// `ttlMs` made 0), if an entry matches it and its server would be
+    /// trusted by this bridge now.
+    pub(in crate::bridge) fn answer(&mut self, request: &Recorded) -> Option<Vec<u8>> {
+        let key = key(&self.base, request)?;
+        let name = file_name(&key);
+        let text = match self.dir(false)?.read(&name, file_limit(&key)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                self.pass_over(&name, &e.to_string());
+                return None;
             }
-        }
-        cache
-    }
-
-    /// The app's last `server/discover` result, raw.
-    pub(in crate::bridge) fn discover(&self) -> Option<&[u8]> {
-        self.discover.as_deref()
-    }
-
-    /// The app's last `initialize` result, raw.
-    pub(in crate::bridge) fn initialize(&self) -> Option<&[u8]> {
-        self.initialize.as_deref()
-    }
-
-    /// Keeps the app's `server/discover` result.
-    pub(in crate::bridge) fn save_discover(&mut self, result: &[u8]) {
-        if result.len() <= VALUE_LIMIT && self.discover.as_deref() != Some(result) {
-            self.discover = Some(result.to_vec());
-            self.save();
-        }
-    }
-
-    /// Keeps the app's `initialize` result.
-    pub(in crate::bridge) fn save_initialize(&mut self, result: &[u8]) {
-        if result.len() <= VALUE_LIMIT && self.initialize.as_deref() != Some(result) {
-            self.initialize = Some(result.to_vec());
-            self.save();
-        }
-    }
-
-    fn load(&mut self) -> io::Result<()> {
-        let file = match &self.file {
-            Some(file) => file,
-            None => return Ok(()),
         };
-        let text = platform::read_private(file, 4 * VALUE_LIMIT)?;
-        let mut lines = text.split(|&b| b == b'\n');
-        if lines.next() != Some(MAGIC.as_bytes()) {
-            return Ok(());
-        }
-        let (mut endpoint, mut project) = (false, false);
-        for line in lines {
-            let (name, value) = match line.iter().position(|&b| b == b' ') {
-                Some(at) => (&line[..at], &line[at + 1..]),
-                None => continue,
-            };
-            let fits = value.len() <= VALUE_LIMIT && value.first() == Some(&b'{');
-            match name {
-                b"endpoint" => endpoint = value == json_string(&self.endpoint).as_slice(),
-                b"project" => project = value == json_string(&self.project).as_slice(),
-                b"discover" if fits => self.discover = Some(value.to_vec()),
-                b"initialize" if fits => self.initialize = Some(value.to_vec()),
-                _ => {}
+        let (server, result) = match entry::read(&text, &key) {
+            Read::Entry { server, result } => (server, result),
+            Read::Other => return None,
+            Read::Damaged(why) => {
+                if let Some(dir) = &self.held {
+                    let _ = dir.remove(&name);
+                }
+                self.pass_over(&name, &format!("{} (discarded)", why));
+                return None;
             }
+        };
+        if !server.trusted(self.trusted.as_ref()) {
+            let why = format!(
+                "its answer is {}'s, whom this bridge does not trust",
+                server
+            );
+            self.pass_over(&name, &why);
+            return None;
         }
-        if !(endpoint && project) {
-            // Another endpoint's file under the same hash: not ours.
-            self.discover = None;
-            self.initialize = None;
+        let method = String::from_utf8_lossy(member(&request.line, "method")?).into_owned();
+        let said = format!(
+            "answered {} from the answers cache (the app's last answer, served by {}) while the \
+             app is away",
+            method, server
+        );
+        match (&self.log, self.said_answered) {
+            (log, false) => super::say(log.as_ref(), &format!("{}; said once", said)),
+            (Some(log), true) => log.event(format_args!("{}", said)),
+            (None, true) => {}
         }
-        Ok(())
+        self.said_answered = true;
+        Some(entry::served(result))
     }
 
-    fn save(&mut self) {
-        let file = match &self.file {
-            Some(file) => file.clone(),
+    /// The app answered `request` with `result` (none: an error, or a
+    /// result too long to read whole): keeps it, or removes the older
+    /// answer it replaces.
+    pub(in crate::bridge) fn learn(&mut self, request: &Recorded, result: Option<&[u8]>) {
+        let key = match key(&self.base, request) {
+            Some(key) => key,
             None => return,
         };
-        let mut text = Vec::with_capacity(256);
-        text.extend_from_slice(MAGIC.as_bytes());
-        text.extend_from_slice(b"\nendpoint ");
-        text.extend_from_slice(&json_string(&self.endpoint));
-        text.extend_from_slice(b"\nproject ");
-        text.extend_from_slice(&json_string(&self.project));
-        for (name, value) in [
-            ("discover", &self.discover),
-            ("initialize", &self.initialize),
-        ] {
-            if let Some(value) = value {
-                text.push(b'\n');
-                text.extend_from_slice(name.as_bytes());
-                text.push(b' ');
-                text.extend_from_slice(value);
+        let name = file_name(&key);
+        let kept = match (result, &self.server) {
+            (Some(result), Some(server)) if entry::keeps(result) => {
+                Some(entry::write(&key, server, self.trusted.as_ref(), result))
             }
-        }
-        text.push(b'\n');
-        let saved = platform::write_private(&file, &text);
-        if saved.is_ok() {
-            // Best effort: a directory that grew past the bound loses its
-            // oldest files.
-            if let Some(dir) = file.parent() {
-                prune(dir);
-            }
-        }
-        if let Err(e) = saved {
+            _ => None,
+        };
+        let dir = match self.dir(kept.is_some()) {
+            Some(dir) => dir,
+            None => return,
+        };
+        let done = match &kept {
+            Some(text) if dir.read(&name, text.len()).ok().as_ref() == Some(text) => Ok(()),
+            Some(text) => dir.write(&name, text).map(|()| prune(dir)),
+            None => dir.remove(&name).map(drop),
+        };
+        if let Err(e) = done {
             self.off(&e);
+        }
+    }
+
+    /// The directory, opened (created if `create`) on first use; `None`
+    /// when the cache is off or has nothing yet.
+    fn dir(&mut self, create: bool) -> Option<&platform::Dir> {
+        if self.held.is_none() {
+            let opened = platform::Dir::open(self.dir.as_deref()?, create);
+            match opened {
+                Ok(dir) => self.held = Some(dir),
+                Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return None,
+                Err(e) => {
+                    self.off(&e);
+                    return None;
+                }
+            }
+        }
+        self.held.as_ref()
+    }
+
+    /// Says (once a session) why an entry was not used.
+    fn pass_over(&mut self, name: &str, why: &str) {
+        if !std::mem::replace(&mut self.said_passed_over, true) {
+            super::say(
+                self.log.as_ref(),
+                &format!("not answering from the answers cache's {}: {}", name, why),
+            );
         }
     }
 
     /// Says once why the cache cannot be used, and stops using it.
     fn off(&mut self, error: &io::Error) {
-        if let Some(file) = self.file.take() {
-            diag::write_line(
-                format!(
-                    "mcp-bridge: not using the answers cache '{}': {} (the session goes on \
-                     without it; --no-cache turns it off)\n",
-                    file.display(),
+        self.held = None;
+        if let Some(dir) = self.dir.take() {
+            super::say(
+                self.log.as_ref(),
+                &format!(
+                    "not using the answers cache '{}': {} (the session goes on without it; \
+                     --no-cache turns it off)",
+                    dir.display(),
                     error
-                )
-                .as_bytes(),
+                ),
             );
         }
-        self.discover = None;
-        self.initialize = None;
     }
 }
 
-fn json_string(text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len() + 2);
-    push_json_string(&mut out, text);
-    out
+/// What the answer to `request` depends on, after `base` (the endpoint and
+/// project): its method, the parameter that picks the answer
+/// (`initialize`'s `protocolVersion`, a list's `cursor`), and its
+/// 2026-07-28 protocol version; `None` for a request the cache does not
+/// keep. The parts are raw JSON, apart by a NUL, which neither a path, an
+/// argument nor a JSON text holds.
+fn key(base: &[u8], request: &Recorded) -> Option<Vec<u8>> {
+    if request.param("inputResponses").is_some() || request.param("requestState").is_some() {
+        return None;
+    }
+    let method = member(&request.line, "method")?;
+    let picks: &[u8] = match method {
+        b"\"initialize\"" => request.param("protocolVersion")?,
+        b"\"server/discover\"" => b"",
+        b"\"tools/list\""
+        | b"\"prompts/list\""
+        | b"\"resources/list\""
+        | b"\"resources/templates/list\"" => request.param("cursor").unwrap_or(b""),
+        _ => return None,
+    };
+    let era = request
+        .param("_meta")
+        .and_then(|meta| member(meta, "io.modelcontextprotocol/protocolVersion"))
+        .unwrap_or(b"");
+    let mut key = base.to_vec();
+    for part in [method, picks, era] {
+        key.push(0);
+        key.extend_from_slice(part);
+    }
+    Some(key)
 }
 
-/// FNV-1a of the endpoint and the project, apart.
-fn key_hash(endpoint: &str, project: &str) -> u64 {
+/// The answer file of `key`: [`PREFIX`], its FNV-1a hash, [`SUFFIX`] (the
+/// file repeats the key in full, so a collision is a miss).
+fn file_name(key: &[u8]) -> String {
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for &b in endpoint
-        .as_bytes()
-        .iter()
-        .chain(&[0])
-        .chain(project.as_bytes())
-    {
+    for &b in key {
         hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    hash
+    format!("{}{:016x}{}", PREFIX, hash, SUFFIX)
 }
 
-/// Removes the oldest answer files beyond [`FILE_LIMIT`].
-fn prune(dir: &Path) {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(_) => return,
-    };
-    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".answers"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
+/// Whether `name` is an answer file's (see [`file_name`]).
+fn is_answer_file(name: &str) -> bool {
+    name.len() == PREFIX.len() + 16 + SUFFIX.len()
+        && name.starts_with(PREFIX)
+        && name.ends_with(SUFFIX)
+        && name[PREFIX.len()..PREFIX.len() + 16]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit())
+}
+
+/// The most bytes an answer file of `key` holds: its header (the key in
+/// hex, the server) and a result.
+fn file_limit(key: &[u8]) -> usize {
+    entry::MAGIC.len() + 2 * key.len() + 512 + VALUE_LIMIT
+}
+
+/// Removes the oldest answer files beyond [`FILE_LIMIT`] (best effort:
+/// another bridge may be at it too).
+fn prune(dir: &platform::Dir) {
+    let mut files = dir.files();
     // The oldest go one at a time, found by a scan: a save adds one file,
     // so there is one to remove, rarely more, and a sort's code is 4 KB.
     while files.len() > FILE_LIMIT {
         let oldest = (0..files.len())
             .min_by(|&a, &b| files[a].cmp(&files[b]))
             .expect("more files than the limit");
-        let (_, path) = files.swap_remove(oldest);
-        let _ = std::fs::remove_file(path);
+        let (_, name) = files.swap_remove(oldest);
+        let _ = dir.remove(&name);
     }
 }
 
 #[cfg(all(test, unix))]
-mod tests {
-    use super::*;
-
-    fn dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "mcp-bridge-cache-test-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
-    #[test]
-    fn answers_are_kept_per_endpoint_and_project() {
-        let dir = dir();
-        let mut cache = Cache::open(Some(&dir), Path::new("/run/a.sock"), "p");
-        assert_eq!(cache.initialize(), None);
-        cache.save_initialize(br#"{"capabilities":{}}"#);
-        cache.save_discover(br#"{"supportedVersions":["2026-07-28"]}"#);
-        let again = Cache::open(Some(&dir), Path::new("/run/a.sock"), "p");
-        assert_eq!(again.initialize(), Some(&br#"{"capabilities":{}}"#[..]));
-        assert!(again.discover().is_some());
-        assert_eq!(
-            Cache::open(Some(&dir), Path::new("/run/a.sock"), "q").initialize(),
-            None
-        );
-        assert_eq!(
-            Cache::open(Some(&dir), Path::new("/run/b.sock"), "p").initialize(),
-            None
-        );
-        assert_eq!(
-            Cache::open(None, Path::new("/run/a.sock"), "p").initialize(),
-            None
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_directory_holds_a_bounded_number_of_files() {
-        let dir = dir();
-        for n in 0..(FILE_LIMIT + 5) {
-            let mut cache = Cache::open(Some(&dir), Path::new("/run/a.sock"), &n.to_string());
-            cache.save_initialize(b"{}");
-        }
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), FILE_LIMIT);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_directory_named_through_a_link_is_not_used() {
-        let target = dir();
-        std::fs::create_dir_all(&target).unwrap();
-        let link = target.with_extension("link");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        let mut cache = Cache::open(Some(&link), Path::new("/run/a.sock"), "p");
-        cache.save_initialize(b"{}");
-        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
-        assert!(cache.file.is_none());
-        let _ = std::fs::remove_file(&link);
-        let _ = std::fs::remove_dir_all(&target);
-    }
-
-    #[test]
-    fn a_directory_others_can_write_is_not_used() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = dir();
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let mut cache = Cache::open(Some(&dir), Path::new("/run/a.sock"), "p");
-        cache.save_initialize(b"{}");
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-        assert!(cache.file.is_none());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -1,16 +1,26 @@
-//! The cache's files on Unix: an owner-only directory of ours, held open
-//! while its files are read or written in it (`openat`, `renameat`), files
-//! opened without following symbolic links, written whole and renamed.
+//! The cache's files on Unix: an owner-only directory of ours, opened once
+//! (not through a link) and held, every file read, created, renamed and
+//! removed through it (`openat`, `renameat`, `unlinkat`, `statat` without
+//! following links), never by path: a parent another user can write cannot
+//! swap the directory between the check and the use.
+//!
+//! A file is replaced or removed only when it is provably the bridge's: a
+//! regular file of ours, opened without following a link, that starts with
+//! [`MAGIC`], and still the same file (device and inode) when it is
+//! unlinked. The directory is ours and no one else can write it, so only
+//! our own user could swap a file in that last moment.
 
-use std::ffi::{OsStr, OsString};
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
+
+use super::entry::MAGIC;
 
 /// `$XDG_CACHE_HOME` (when absolute) or `~/.cache`; `~/Library/Caches` on
 /// macOS.
@@ -29,99 +39,177 @@ pub(super) fn user_cache_dir() -> Option<PathBuf> {
     }
 }
 
+/// A path's bytes, exactly as the system has them.
+pub(super) fn path_bytes(path: &Path) -> Vec<u8> {
+    path.as_os_str().as_bytes().to_vec()
+}
+
 fn me() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-/// Opens the directory (created `0700` if `create` and missing), not
-/// through a link at its own name, and checks what was opened, not the
-/// path: a directory of ours that no one else can write. Its files are then
-/// opened in the directory held, so a parent another user can write cannot
-/// swap it between the look and the use.
-fn private_dir(dir: &Path, create: bool) -> io::Result<OwnedFd> {
-    if create {
-        match fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+fn refused(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, why)
+}
+
+/// The cache's directory, held open.
+#[derive(Debug)]
+pub(super) struct Dir(OwnedFd);
+
+impl Dir {
+    /// Opens the directory (created `0700` if `create` and missing), not
+    /// through a link at its own name, and checks what was opened, not the
+    /// path: a directory of ours that no one else can write.
+    pub(super) fn open(dir: &Path, create: bool) -> io::Result<Dir> {
+        if create {
+            match std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+            {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let held = match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
+            Ok(held) => held,
+            Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Other,
+                    "it is not a directory (or it is a symbolic link to one)",
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let stat = rustix::fs::fstat(&held)?;
+        if stat.st_uid != me() {
+            return Err(refused(format!(
+                "it belongs to uid {}, not to you",
+                stat.st_uid
+            )));
+        }
+        if Mode::from_raw_mode(stat.st_mode).intersects(Mode::WGRP | Mode::WOTH) {
+            return Err(refused("others can write it".into()));
+        }
+        Ok(Dir(held))
+    }
+
+    /// Opens `name` for reading: a regular file of ours, not through a
+    /// link, without blocking (a FIFO put there fails at once instead of
+    /// hanging us).
+    fn open_file(&self, name: &str) -> io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let file = File::from(rustix::fs::openat(&self.0, name, flags, Mode::empty())?);
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.uid() != me() {
+            return Err(refused(format!("{} is not a regular file of yours", name)));
+        }
+        Ok(file)
+    }
+
+    /// Reads the file `name`, at most `limit` bytes.
+    pub(super) fn read(&self, name: &str, limit: usize) -> io::Result<Vec<u8>> {
+        let mut text = Vec::new();
+        self.open_file(name)?
+            .take(limit as u64)
+            .read_to_end(&mut text)?;
+        Ok(text)
+    }
+
+    /// Whether `name` is a file the bridge wrote: its device and inode
+    /// then. `NotFound` when there is none.
+    fn ours(&self, name: &str) -> io::Result<Option<(u64, u64)>> {
+        let file = match self.open_file(name) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let meta = file.metadata()?;
+        let mut head = Vec::with_capacity(MAGIC.len());
+        file.take(MAGIC.len() as u64).read_to_end(&mut head)?;
+        Ok(Some((meta.dev(), meta.ino())).filter(|_| head == MAGIC))
+    }
+
+    /// Removes `name` if it is a file the bridge wrote (see the module
+    /// docs): whether it did.
+    pub(super) fn remove(&self, name: &str) -> io::Result<bool> {
+        let id = match self.ours(name) {
+            Ok(Some(id)) => id,
+            Ok(None) => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let now = rustix::fs::statat(&self.0, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        // (The fields' types differ between systems.)
+        #[allow(clippy::unnecessary_cast)]
+        let now = (now.st_dev as u64, now.st_ino as u64);
+        if now != id {
+            return Ok(false);
+        }
+        rustix::fs::unlinkat(&self.0, name, AtFlags::empty())?;
+        Ok(true)
+    }
+
+    /// Writes the file `name` whole: a new `0600` file beside it, synced,
+    /// renamed over it, all in the directory held. A file there that the
+    /// bridge did not write is left as it is, and the write fails.
+    pub(super) fn write(&self, name: &str, text: &[u8]) -> io::Result<()> {
+        match self.ours(name) {
+            Ok(Some(_)) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Ok(None) => {
+                return Err(refused(format!(
+                    "{} is not a file mcp-bridge wrote: it is left as it is",
+                    name
+                )))
+            }
             Err(e) => return Err(e),
         }
-    }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let held = match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
-        Ok(held) => held,
-        Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "it is not a directory (or it is a symbolic link to one)",
-            ))
+        let temporary = format!(".{}.{}.tmp", name, std::process::id());
+        // One a bridge with our pid left behind, if any.
+        self.remove(&temporary)?;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let written = rustix::fs::openat(&self.0, &temporary, flags, Mode::RUSR | Mode::WUSR)
+            .map_err(io::Error::from)
+            .and_then(|out| {
+                let mut out = File::from(out);
+                out.write_all(text)?;
+                out.sync_all()
+            });
+        let renamed = written.and_then(|()| {
+            rustix::fs::renameat(&self.0, &temporary, &self.0, name).map_err(io::Error::from)
+        });
+        match renamed {
+            // The rename itself lasts once the directory is synced.
+            Ok(()) => rustix::fs::fsync(&self.0).map_err(io::Error::from),
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(&self.0, &temporary, AtFlags::empty());
+                Err(e)
+            }
         }
-        Err(e) => return Err(e.into()),
-    };
-    let stat = rustix::fs::fstat(&held)?;
-    if stat.st_uid != me() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("it belongs to uid {}, not to you", stat.st_uid),
-        ));
     }
-    if Mode::from_raw_mode(stat.st_mode).intersects(Mode::WGRP | Mode::WOTH) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "others can write it",
-        ));
-    }
-    Ok(held)
-}
 
-fn parts(file: &Path) -> (&Path, &OsStr) {
-    let dir = file.parent().unwrap_or_else(|| Path::new("."));
-    (dir, file.file_name().unwrap_or_default())
-}
-
-/// Reads a file of ours, at most `limit` bytes.
-pub(super) fn read_private(file: &Path, limit: usize) -> io::Result<Vec<u8>> {
-    let (dir, name) = parts(file);
-    if fs::symlink_metadata(dir).is_err() {
-        return Err(io::ErrorKind::NotFound.into());
+    /// The bridge's answer files (by name, see `super::is_answer_file`)
+    /// that are regular files of ours, with their modification times.
+    pub(super) fn files(&self) -> Vec<((i64, i64), String)> {
+        let mut files = Vec::new();
+        let entries = match rustix::fs::Dir::read_from(&self.0) {
+            Ok(entries) => entries,
+            Err(_) => return files,
+        };
+        for entry in entries.flatten() {
+            let name = match std::str::from_utf8(entry.file_name().to_bytes()) {
+                Ok(name) if super::is_answer_file(name) => name,
+                _ => continue,
+            };
+            if let Ok(meta) = self.open_file(name).and_then(|f| f.metadata()) {
+                files.push(((meta.mtime(), meta.mtime_nsec()), name.to_string()));
+            }
+        }
+        files
     }
-    let dir = private_dir(dir, false)?;
-    // Non-blocking: a FIFO put there fails at once instead of hanging us.
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let opened = File::from(rustix::fs::openat(&dir, name, flags, Mode::empty())?);
-    let meta = opened.metadata()?;
-    if !meta.is_file() || meta.uid() != me() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "the file is not a regular file of yours",
-        ));
-    }
-    let mut text = Vec::new();
-    opened.take(limit as u64).read_to_end(&mut text)?;
-    Ok(text)
-}
-
-/// Writes a file of ours whole: a new `0600` file beside it, renamed over
-/// it, both in the directory held.
-pub(super) fn write_private(file: &Path, text: &[u8]) -> io::Result<()> {
-    let (dir, name) = parts(file);
-    let dir = private_dir(dir, true)?;
-    let mut temporary = OsString::from(".");
-    temporary.push(name);
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    let _ = rustix::fs::unlinkat(&dir, temporary.as_os_str(), AtFlags::empty());
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let written = rustix::fs::openat(&dir, temporary.as_os_str(), flags, Mode::RUSR | Mode::WUSR)
-        .map_err(io::Error::from)
-        .and_then(|out| File::from(out).write_all(text));
-    let renamed = written.and_then(|()| {
-        rustix::fs::renameat(&dir, temporary.as_os_str(), &dir, name).map_err(io::Error::from)
-    });
-    if renamed.is_err() {
-        let _ = rustix::fs::unlinkat(&dir, temporary.as_os_str(), AtFlags::empty());
-    }
-    renamed
 }

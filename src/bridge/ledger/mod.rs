@@ -71,6 +71,9 @@ pub(super) enum Method {
     Cancelled,
     /// A request that only reads: safe to send again.
     ReadOnly,
+    /// A list (`tools/list`, `prompts/list`, `resources/list`,
+    /// `resources/templates/list`): it only reads, and the cache keeps it.
+    List,
     Other,
 }
 
@@ -85,16 +88,12 @@ impl Method {
             Some("resources/unsubscribe") => Method::Unsubscribe,
             Some("notifications/initialized") => Method::Initialized,
             Some("notifications/cancelled") => Method::Cancelled,
-            Some(
-                "ping"
-                | "tools/list"
-                | "prompts/list"
-                | "prompts/get"
-                | "resources/list"
-                | "resources/templates/list"
-                | "resources/read"
-                | "completion/complete",
-            ) => Method::ReadOnly,
+            Some("tools/list" | "prompts/list" | "resources/list" | "resources/templates/list") => {
+                Method::List
+            }
+            Some("ping" | "prompts/get" | "resources/read" | "completion/complete") => {
+                Method::ReadOnly
+            }
             _ => Method::Other,
         }
     }
@@ -112,7 +111,13 @@ impl Method {
                 | Method::Subscribe
                 | Method::Unsubscribe
                 | Method::ReadOnly
+                | Method::List
         )
+    }
+
+    /// Whether the cache keeps the app's answer (read whole, then).
+    fn cached(self) -> bool {
+        matches!(self, Method::Initialize | Method::Discover | Method::List)
     }
 }
 
@@ -356,9 +361,9 @@ impl Ledger {
             }
             Line::Request {
                 id: Some(id),
-                method: method @ (Method::Initialize | Method::Discover),
+                method,
                 text,
-            } if !online => match self.answer_from_cache(id, *method, text) {
+            } if !online && method.cached() => match self.answer_from_cache(id, *method, text) {
                 true => Verdict::Drop,
                 false if mode == Mode::Absent => Verdict::Refuse,
                 false => Verdict::Forward,
@@ -431,25 +436,22 @@ impl Ledger {
         Verdict::Drop
     }
 
-    /// Answers an `initialize` or `server/discover` from the cache, while
-    /// the app is known to be away: whether it did.
+    /// Answers an `initialize`, `server/discover` or list from the cache,
+    /// while the app is known to be away: whether it did.
     fn answer_from_cache(&mut self, id: &[u8], method: Method, text: &Option<Recorded>) -> bool {
         if !self.app_absent {
             return false;
         }
-        let result = match method {
-            Method::Initialize => self.cache.initialize(),
-            _ => self.cache.discover(),
-        };
-        let result = match result {
-            Some(result) => result.to_vec(),
+        let result = match text.as_ref().and_then(|text| self.cache.answer(text)) {
+            Some(result) => result,
             None => return false,
         };
         self.owed_client
             .extend_from_slice(&answer::result_line(id, &result));
         match method {
             Method::Initialize => self.record.accepted(text.clone(), &result, true),
-            _ => self.record.modern(),
+            Method::Discover => self.record.modern(),
+            _ => {}
         }
         true
     }
@@ -483,7 +485,7 @@ impl Ledger {
                 }
                 match id {
                     Some(id) => {
-                        if matches!(method, Method::Initialize | Method::Discover) {
+                        if method.cached() {
                             self.whole_wanted += 1;
                         }
                         let keep = text.filter(|_| method.repeatable());
@@ -626,9 +628,7 @@ impl Ledger {
     /// an `initialize` or `server/discover` result for the cache).
     fn wants_whole(&self, id: &[u8]) -> bool {
         self.ours.contains_key(&id_key(id))
-            || self.pending.method_of(id).map_or(false, |m| {
-                matches!(m, Method::Initialize | Method::Discover)
-            })
+            || self.pending.method_of(id).map_or(false, Method::cached)
     }
 
     /// Whether a reply with `id` goes to the client: it answers something
@@ -730,19 +730,17 @@ impl Ledger {
         }
         if let Some(sent) = self.pending.remove(id) {
             self.served = true;
-            if matches!(sent.method, Method::Initialize | Method::Discover) {
+            if sent.method.cached() {
                 self.whole_wanted = self.whole_wanted.saturating_sub(1);
+                let result = result().filter(|_| envelope.kind == Kind::Response);
+                if let Some(text) = &sent.text {
+                    self.cache.learn(text, result);
+                }
             }
             if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
                 match sent.method {
-                    Method::Initialize => {
-                        self.record.accepted(sent.text, result, false);
-                        self.cache.save_initialize(result);
-                    }
-                    Method::Discover => {
-                        self.record.modern();
-                        self.cache.save_discover(result);
-                    }
+                    Method::Initialize => self.record.accepted(sent.text, result, false),
+                    Method::Discover => self.record.modern(),
                     _ => {}
                 }
             }

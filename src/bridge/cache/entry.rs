@@ -1,0 +1,273 @@
+//! One answer file's text: the bridge's own header, then the app's result.
+//!
+//! ```text
+//! mcp-bridge answers cache, format 2      (MAGIC: the bridge wrote it)
+//! key 2f72756e2f...                       (the whole key, hex: exact bytes)
+//! server 1000                             (who served it: a uid, a SID)
+//! trust default                           (the trust rule it was kept under)
+//!                                         (an empty line)
+//! {"protocolVersion":"2025-06-18",...}    (the result, one JSON object)
+//! ```
+//!
+//! The result is checked to be one complete JSON object, by the grammar,
+//! before it is written and after it is read: what a bridge answers in the
+//! app's name is exactly what the app said, or nothing. The crate's JSON
+//! walkers ([`member`]) walk, they do not validate, and the bridge-only
+//! build has no JSON library, so the check is here, a few dozen lines.
+
+use crate::endpoint::ServerUser;
+use crate::envelope::json::member;
+
+/// The first line of every answer file: the format, and the proof that the
+/// bridge wrote it (the only files it ever removes or replaces start so).
+pub(super) const MAGIC: &[u8] = b"mcp-bridge answers cache, format 2\n";
+
+/// Deepest nesting of a result accepted: deeper than any app's answer, and
+/// shallow enough for the recursive check to stay well within a stack.
+const DEPTH_LIMIT: usize = 128;
+
+/// What an answer file holds.
+#[derive(Debug)]
+pub(super) enum Read<'a> {
+    /// The answer to the key asked, given by `server`.
+    Entry {
+        server: ServerUser,
+        result: &'a [u8],
+    },
+    /// Another key's answer (a hash collision): not ours to use.
+    Other,
+    /// Not a whole answer: why.
+    Damaged(&'static str),
+}
+
+/// Whether the app's `result` may be kept: short enough, one JSON object,
+/// and final (an `input_required` result of a multi round-trip request is
+/// not an answer to keep).
+pub(super) fn keeps(result: &[u8]) -> bool {
+    result.len() <= super::VALUE_LIMIT
+        && is_one_object(result)
+        && member(result, "resultType").map_or(true, |t| t == b"\"complete\"")
+}
+
+/// The text of the answer file of `key`: `result`, given by `server` to a
+/// bridge that trusts `trusted` besides the defaults.
+pub(super) fn write(
+    key: &[u8],
+    server: &ServerUser,
+    trusted: Option<&ServerUser>,
+    result: &[u8],
+) -> Vec<u8> {
+    let mut text = Vec::with_capacity(MAGIC.len() + 2 * key.len() + 64 + result.len());
+    text.extend_from_slice(MAGIC);
+    text.extend_from_slice(b"key ");
+    for b in key {
+        text.extend_from_slice(format!("{:02x}", b).as_bytes());
+    }
+    let trust = trusted.map_or_else(|| "default".to_string(), ServerUser::plain);
+    text.extend_from_slice(format!("\nserver {}\ntrust {}\n\n", server.plain(), trust).as_bytes());
+    text.extend_from_slice(result);
+    text
+}
+
+/// Reads an answer file's `text`, for `key`.
+pub(super) fn read<'a>(text: &'a [u8], key: &[u8]) -> Read<'a> {
+    let damaged = Read::Damaged("it is not a whole answer of this format");
+    let rest = match text.strip_prefix(MAGIC) {
+        Some(rest) => rest,
+        None => return damaged,
+    };
+    let mut lines = rest.splitn(5, |&b| b == b'\n');
+    let mut field = |name: &str| {
+        let line = lines.next()?;
+        line.strip_prefix(name.as_bytes())?.strip_prefix(b" ")
+    };
+    let (hex, server, trust) = match (field("key"), field("server"), field("trust")) {
+        (Some(hex), Some(server), Some(trust)) => (hex, server, trust),
+        _ => return damaged,
+    };
+    let (blank, result) = (lines.next(), lines.next());
+    let result = match (blank, result) {
+        (Some(b""), Some(result)) => result,
+        _ => return damaged,
+    };
+    if trust.is_empty() {
+        return damaged;
+    }
+    if hex.len() != 2 * key.len() || !hex.chunks(2).zip(key).all(|(h, &k)| is_hex_of(h, k)) {
+        return Read::Other;
+    }
+    let server = match std::str::from_utf8(server).ok().map(str::parse) {
+        Some(Ok(server)) => server,
+        _ => return damaged,
+    };
+    if !is_one_object(result) {
+        return Read::Damaged("its result is not one complete JSON object");
+    }
+    Read::Entry { server, result }
+}
+
+/// Whether the two hex digits `hex` spell `byte`.
+fn is_hex_of(hex: &[u8], byte: u8) -> bool {
+    let digit = |d: u8| (d as char).to_digit(16);
+    match (digit(hex[0]), digit(hex[1])) {
+        (Some(high), Some(low)) => high * 16 + low == u32::from(byte),
+        _ => false,
+    }
+}
+
+/// `result` as the bridge serves it for the absent app: a 2026-07-28
+/// result's `ttlMs` is 0, so that no client keeps it as fresh (an absent
+/// `ttlMs` already means 0); everything else, `cacheScope` included, as
+/// the app said it.
+pub(super) fn served(result: &[u8]) -> Vec<u8> {
+    match member(result, "ttlMs") {
+        Some(ttl) => {
+            let at = ttl.as_ptr() as usize - result.as_ptr() as usize;
+            [&result[..at], b"0", &result[at + ttl.len()..]].concat()
+        }
+        None => result.to_vec(),
+    }
+}
+
+/// Whether `text` is exactly one JSON object (blanks around it allowed),
+/// by RFC 8259's grammar, in UTF-8.
+pub(super) fn is_one_object(text: &[u8]) -> bool {
+    let mut json = Json { text, at: 0 };
+    json.blank();
+    text.get(json.at) == Some(&b'{')
+        && std::str::from_utf8(text).is_ok()
+        && json.value(0).is_some()
+        && {
+            json.blank();
+            json.at == text.len()
+        }
+}
+
+/// `Some` when `holds`: a step of [`Json`] that failed ends it with `?`.
+fn ok(holds: bool) -> Option<()> {
+    if holds {
+        Some(())
+    } else {
+        None
+    }
+}
+
+/// A strict reader of JSON, for [`is_one_object`]: each method reads one
+/// part of the grammar at `at`, or fails with `None`.
+struct Json<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl Json<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn blank(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let there = self.peek() == Some(byte);
+        self.at += usize::from(there);
+        there
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > DEPTH_LIMIT {
+            return None;
+        }
+        self.blank();
+        match self.peek()? {
+            b'{' => self.items(b'}', depth, true),
+            b'[' => self.items(b']', depth, false),
+            b'"' => self.string(),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            b'n' => self.word(b"null"),
+            _ => self.number(),
+        }
+    }
+
+    /// An object's members (`keyed`) or an array's elements, up to `close`.
+    fn items(&mut self, close: u8, depth: usize, keyed: bool) -> Option<()> {
+        self.at += 1;
+        self.blank();
+        if self.eat(close) {
+            return Some(());
+        }
+        loop {
+            if keyed {
+                self.blank();
+                self.string()?;
+                self.blank();
+                ok(self.eat(b':'))?;
+            }
+            self.value(depth + 1)?;
+            self.blank();
+            if self.eat(close) {
+                return Some(());
+            }
+            ok(self.eat(b','))?;
+        }
+    }
+
+    fn string(&mut self) -> Option<()> {
+        ok(self.eat(b'"'))?;
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                b'\\' => {
+                    self.at += 1;
+                    match self.peek()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                        b'u' => {
+                            let hex = self.text.get(self.at + 1..self.at + 5)?;
+                            ok(hex.iter().all(u8::is_ascii_hexdigit))?;
+                            self.at += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..=0x1f => return None,
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    fn word(&mut self, word: &[u8]) -> Option<()> {
+        ok(self.text[self.at..].starts_with(word))?;
+        self.at += word.len();
+        Some(())
+    }
+
+    fn number(&mut self) -> Option<()> {
+        self.eat(b'-');
+        if !self.eat(b'0') {
+            self.digits()?;
+        }
+        if self.eat(b'.') {
+            self.digits()?;
+        }
+        if self.eat(b'e') || self.eat(b'E') {
+            let _ = self.eat(b'+') || self.eat(b'-');
+            self.digits()?;
+        }
+        Some(())
+    }
+
+    /// One digit or more.
+    fn digits(&mut self) -> Option<()> {
+        let start = self.at;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+        ok(self.at > start)
+    }
+}
