@@ -240,8 +240,10 @@ impl AppSide {
                 // A line goes out whole: one the app cuts by going away
                 // never reaches the client in part. Only a line longer
                 // than UNDECIDED_LIMIT streams as it comes.
-                let early = match ledger.app_partial(&self.scanner.partial()) {
-                    Early::Forward => Early::Wait,
+                let partial = self.scanner.partial();
+                let early = match ledger.app_partial(&partial) {
+                    // Not JSON-RPC (nothing to tear): as it comes.
+                    Early::Forward if !partial.other => Early::Wait,
                     early => early,
                 };
                 let cur = &mut self.cur;
