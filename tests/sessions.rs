@@ -1563,7 +1563,9 @@ async fn a_late_accept_answers_nothing(late: &str) {
     };
     assert_eq!(question["params"]["message"], "Delete repository?");
     assert!(
-        question["id"].as_str().map_or(false, |id| id.starts_with("mcp-bridge-question-")),
+        question["id"]
+            .as_str()
+            .map_or(false, |id| id.starts_with("mcp-bridge-question-")),
         "{}",
         question
     );
@@ -1585,7 +1587,11 @@ async fn a_late_accept_answers_nothing(late: &str) {
     // Only the user's answer to the new question, under the app's own id.
     assert_eq!(replies.len(), 1, "{:?}", replies);
     assert_eq!(replies[0]["id"], 0, "{:?}", replies);
-    assert_eq!(replies[0]["result"]["action"], "decline", "the late accept reached the new app: {:?}", replies);
+    assert_eq!(
+        replies[0]["result"]["action"], "decline",
+        "the late accept reached the new app: {:?}",
+        replies
+    );
     client.finish_well().await;
     second.stop().await;
 }

@@ -97,6 +97,8 @@ pub(super) struct Outage {
     pub(super) silent: bool,
     /// The instance that hung up.
     pub(super) gone: Instance,
+    /// When it started.
+    pub(super) since: Instant,
 }
 
 impl Outage {
@@ -108,6 +110,7 @@ impl Outage {
             rejected: false,
             silent: false,
             gone,
+            since: Instant::now(),
         }
     }
 

@@ -494,7 +494,10 @@ where
                     reason: format!(
                         "{} (gave up {}s after the hang-up)",
                         reason,
-                        self.config.reconnect_timeout.as_secs()
+                        outage
+                            .deadline
+                            .saturating_duration_since(outage.since)
+                            .as_secs()
                     ),
                 };
                 let why = if outage.rejected {
