@@ -22,7 +22,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::io::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::io::{BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,6 +35,7 @@ use rustix::net::{RecvFlags, SendFlags};
 // A thread of its own per stream, not `blocking`'s pool: see io/thread.rs.
 use crate::io::thread::Threaded as Unblock;
 
+use crate::ffi::unix::standard_stream;
 use crate::io::readiness::ReadReadiness;
 use crate::io::BUFFER_SIZE;
 
@@ -86,11 +87,11 @@ fn send_flags() -> SendFlags {
 }
 
 pub(super) fn stdin() -> io::Result<Stdio> {
-    open(io::stdin().as_fd(), false)
+    open(standard_stream(0), false)
 }
 
 pub(super) fn stdout() -> io::Result<Stdio> {
-    open(io::stdout().as_fd(), true)
+    open(standard_stream(1), true)
 }
 
 fn open(fd: BorrowedFd<'_>, write: bool) -> io::Result<Stdio> {
@@ -215,15 +216,15 @@ pub(super) fn watch_hangups(
 ) {
     use rustix::event::{PollFd, PollFlags};
 
-    let input_flags = match rustix::fs::fstat(io::stdin().as_fd()) {
+    let input_flags = match rustix::fs::fstat(standard_stream(0)) {
         Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Socket => rdhup(),
         _ => PollFlags::empty(),
     };
     let watching = std::thread::Builder::new()
         .name("stdio-hangups".into())
         .spawn(move || {
-            let stdin = io::stdin();
-            let stdout = io::stdout();
+            let stdin = standard_stream(0);
+            let stdout = standard_stream(1);
             let mut input = Some(input_closed);
             let mut output = Some(output_gone);
             while input.is_some() || output.is_some() {
