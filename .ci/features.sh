@@ -36,10 +36,11 @@ FULL_TARGET=800000
 # (src/ffi/entry.rs): 489,416 and 881,464; LLVM's machine outliner
 # (.cargo/config.toml, which these builds read): 475,304 and 858,488;
 # stdio by descriptor (no std Stdin/Stdout/Stderr handles on Unix): 471,080
-# and 857,856. The ceilings are the last
+# and 857,856; demo's JSON parsed from its own text instead of built with
+# json!: full 852,176. The ceilings are the last
 # figures, rounded up to the next thousand.
 BRIDGE_ONLY_LIMIT=472000
-FULL_LIMIT=858000
+FULL_LIMIT=853000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's
