@@ -131,6 +131,7 @@ fn queue(line: Vec<u8>) {
 fn start_writer(queue: &mut Queue) -> bool {
     let started = std::thread::Builder::new()
         .name("mcp-bridge-stderr".into())
+        .stack_size(crate::io::SMALL_STACK)
         .spawn(write_forever)
         .is_ok();
     queue.writer_started = started;

@@ -210,6 +210,7 @@ impl AsyncWrite for Stdio {
 /// asked for too: the peer's shutdown of its writing side is the socket's
 /// "every writer has gone". Each event is sent once, then its descriptor is
 /// left out of the poll, which would otherwise return at once for ever.
+/// The thread allocates nothing, so the allocator gives it no arena.
 pub(super) fn watch_hangups(
     input_closed: super::oneshot::Sender<()>,
     output_gone: super::oneshot::Sender<()>,
@@ -222,31 +223,34 @@ pub(super) fn watch_hangups(
     };
     let watching = std::thread::Builder::new()
         .name("stdio-hangups".into())
+        .stack_size(crate::io::SMALL_STACK)
         .spawn(move || {
             let stdin = standard_stream(0);
             let stdout = standard_stream(1);
             let mut input = Some(input_closed);
             let mut output = Some(output_gone);
             while input.is_some() || output.is_some() {
-                let mut fds = Vec::with_capacity(2);
-                if input.is_some() {
-                    fds.push(PollFd::new(&stdin, input_flags));
-                }
-                if output.is_some() {
-                    fds.push(PollFd::new(&stdout, PollFlags::empty()));
-                }
-                match rustix::event::poll(&mut fds, None) {
+                let mut fds = [
+                    PollFd::new(&stdin, input_flags),
+                    PollFd::new(&stdout, PollFlags::empty()),
+                ];
+                // Only the ends still watched (an entry left out keeps no
+                // events).
+                let watched = match (input.is_some(), output.is_some()) {
+                    (true, true) => &mut fds[..],
+                    (true, false) => &mut fds[..1],
+                    _ => &mut fds[1..],
+                };
+                match rustix::event::poll(watched, None) {
                     Ok(_) => {}
                     Err(Errno::INTR) => continue,
                     // Cannot watch: drop the senders, so nothing ever fires.
                     Err(_) => return,
                 }
-                let ended: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
-                let mut ended = ended.into_iter();
-                if input.is_some() && ended.next() == Some(true) {
+                if input.is_some() && !fds[0].revents().is_empty() {
                     let _ = input.take().map(|s| s.try_send(()));
                 }
-                if output.is_some() && ended.next() == Some(true) {
+                if output.is_some() && !fds[1].revents().is_empty() {
                     let _ = output.take().map(|s| s.try_send(()));
                 }
             }
