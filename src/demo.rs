@@ -28,7 +28,7 @@ use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use futures_lite::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use smol::channel::{Receiver, Sender};
 use smol::process::{ChildStdin, Command};
 
@@ -84,15 +84,26 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
 /// What the demo "CLI" sends first: the start of a session and one call.
 fn opening() -> Vec<Value> {
     vec![
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "mcp-bridge-demo-cli", "version": env!("CARGO_PKG_VERSION")}
-        }}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        value(concat!(
+            r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"#,
+            r#""protocolVersion": "2025-06-18", "capabilities": {}, "#,
+            r#""clientInfo": {"name": "mcp-bridge-demo-cli", "version": ""#,
+            env!("CARGO_PKG_VERSION"),
+            r#""}}}"#
+        )),
+        value(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#),
+        value(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#),
         echo_call(3, "hello through the bridge"),
     ]
+}
+
+/// A JSON value from the demo's own text: a constant, or one put together
+/// from values already written as JSON. Parsed rather than built with
+/// `json!`, whose expansion is more code than the parser, which the build
+/// has anyway. (A mistake in the text shows as `null`, which the demo's
+/// checks and tests catch.)
+fn value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 /// The request the host takes and restarts without answering.
@@ -104,15 +115,17 @@ fn caught_by_restart() -> Value {
 /// list again, then calls the tool on the new host.
 fn after_restart() -> Vec<Value> {
     vec![
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+        value(r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}"#),
         echo_call(6, "hello again, after the restart"),
     ]
 }
 
 fn echo_call(id: u64, text: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "echo", "arguments": {"text": text}
-    }})
+    value(&format!(
+        r#"{{"jsonrpc": "2.0", "id": {}, "method": "tools/call", "params": {{"name": "echo", "arguments": {{"text": {}}}}}}}"#,
+        id,
+        Value::from(text)
+    ))
 }
 
 async fn session(out: &mut dyn Write, socket: &Path) -> Result<(), DemoError> {
@@ -277,7 +290,7 @@ async fn expect_replay(out: &mut dyn Write, host_events: &mut HostEvents) -> Res
     let initialize = host_events.expect_line("the replayed initialize").await?;
     say(out, format!("host   received replayed   {}", initialize));
     let mut expected = opening()[0].clone();
-    expected["id"] = json!(REPLAYED_INITIALIZE_ID);
+    expected["id"] = Value::from(REPLAYED_INITIALIZE_ID);
     if initialize != expected {
         return Err(fail(format!(
             "expected the replayed initialize {}, the host received {}",
@@ -530,9 +543,9 @@ fn check_bridge_error(id: &Value, reply: &str) -> Result<(), DemoError> {
 /// `line` must be the notice that the tool list changed (and nothing else:
 /// the demo host declares no prompts or resources).
 fn check_list_changed(line: &str) -> Result<(), DemoError> {
-    let value = parse(line)?;
-    let expected = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-    if value != expected {
+    let got = parse(line)?;
+    let expected = value(r#"{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}"#);
+    if got != expected {
         return Err(fail(format!("expected {}, got {}", expected, line)));
     }
     Ok(())
@@ -687,33 +700,40 @@ fn answer(line: &str) -> Option<Value> {
     let id = request.get("id")?.clone();
     let method = request.get("method").and_then(Value::as_str).unwrap_or("");
     let result = match method {
-        "initialize" => json!({
-            "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {"listChanged": true}},
-            "serverInfo": {"name": "mcp-bridge-demo-host", "version": env!("CARGO_PKG_VERSION")}
-        }),
-        "tools/list" => json!({"tools": [{
-            "name": "echo",
-            "description": "Returns the text it is given.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {"text": {"type": "string"}},
-                "required": ["text"]
-            }
-        }]}),
+        "initialize" => concat!(
+            r#"{"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}}, "#,
+            r#""serverInfo": {"name": "mcp-bridge-demo-host", "version": ""#,
+            env!("CARGO_PKG_VERSION"),
+            r#""}}"#
+        )
+        .to_string(),
+        "tools/list" => concat!(
+            r#"{"tools": [{"name": "echo", "description": "Returns the text it is given.", "#,
+            r#""inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "#,
+            r#""required": ["text"]}}]}"#
+        )
+        .to_string(),
         "tools/call" if request["params"]["name"] == "echo" => {
             let text = request["params"]["arguments"]["text"]
                 .as_str()
                 .unwrap_or("");
-            json!({"content": [{"type": "text", "text": text}], "isError": false})
+            format!(
+                r#"{{"content": [{{"type": "text", "text": {}}}], "isError": false}}"#,
+                Value::from(text)
+            )
         }
         _ => {
-            return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
-                "code": -32601, "message": format!("method not found: {}", method)
-            }}))
+            return Some(value(&format!(
+                r#"{{"jsonrpc": "2.0", "id": {}, "error": {{"code": -32601, "message": {}}}}}"#,
+                id,
+                Value::from(format!("method not found: {}", method))
+            )))
         }
     };
-    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    Some(value(&format!(
+        r#"{{"jsonrpc": "2.0", "id": {}, "result": {}}}"#,
+        id, result
+    )))
 }
 
 /// Where the demo host listens, used by this run alone: a socket in a
@@ -786,6 +806,7 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn host_answers_the_script() {

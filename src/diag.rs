@@ -37,7 +37,9 @@
 //! ```
 
 use std::fmt;
-use std::io::{self, Write};
+#[cfg(not(unix))]
+use std::io;
+use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -129,6 +131,7 @@ fn queue(line: Vec<u8>) {
 fn start_writer(queue: &mut Queue) -> bool {
     let started = std::thread::Builder::new()
         .name("mcp-bridge-stderr".into())
+        .stack_size(crate::io::SMALL_STACK)
         .spawn(write_forever)
         .is_ok();
     queue.writer_started = started;
@@ -147,7 +150,7 @@ fn write_forever() {
         drop(queue);
         // Nobody is left to tell about a stderr that fails: ignore it, and
         // keep taking lines so the queue does not fill because of it.
-        let _ = io::stderr().write_all(&batch);
+        write_stderr(&batch);
         drop(batch);
         queue = lock();
         queue.in_flight = 0;
@@ -155,6 +158,27 @@ fn write_forever() {
             WRITTEN.notify_all();
         }
     }
+}
+
+/// Writes `bytes` to stderr, all of them unless it fails. On Unix straight
+/// to fd 2, without std's `Stderr` handle (its lock is of no use to the one
+/// thread that writes there).
+#[cfg(unix)]
+fn write_stderr(mut bytes: &[u8]) {
+    let stderr = crate::ffi::unix::standard_stream(2);
+    while !bytes.is_empty() {
+        match rustix::io::write(stderr, bytes) {
+            Ok(0) => return,
+            Ok(n) => bytes = &bytes[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn write_stderr(bytes: &[u8]) {
+    let _ = io::stderr().write_all(bytes);
 }
 
 /// A poisoned lock only means a panic elsewhere; the queue is still sound

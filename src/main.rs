@@ -24,7 +24,7 @@ mod entry;
 
 use std::error::Error;
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::io;
 
 use cli::Command;
 use mcp_bridge::bridge::{self, BridgeError};
@@ -92,7 +92,14 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
         #[cfg(feature = "serve")]
         Command::Serve(config) => serve::run(&config).map_err(Into::into),
         #[cfg(feature = "demo")]
-        Command::Demo => demo::run(&mut io::stdout()).map_err(Into::into),
+        Command::Demo => {
+            // Flushed here: with the binary's own entry (Unix), nothing
+            // flushes std's stdout at exit.
+            let mut out = io::stdout();
+            let ran = demo::run(&mut out);
+            let _ = io::Write::flush(&mut out);
+            ran.map_err(Into::into)
+        }
         #[cfg(feature = "doctor")]
         Command::Doctor(cli::Doctor { config, json }) => {
             let report = doctor::run(&config);
@@ -119,13 +126,35 @@ fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
 /// Prints to stdout. A reader that went away (`mcp-bridge --help | head -1`)
 /// is a normal way to stop reading, not an error worth a message.
 fn print(text: &str) -> Result<(), Box<dyn Error>> {
-    let mut out = io::stdout();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match write_stdout(text.as_bytes()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
             Err(format!("cannot write to stdout: {}", e).into())
         }
         _ => Ok(()),
     }
+}
+
+/// All of `bytes` to fd 1, without std's `Stdout` handle (its lock and line
+/// buffer: code the binary needs for nothing else on Unix).
+#[cfg(all(unix, not(test)))]
+fn write_stdout(mut bytes: &[u8]) -> io::Result<()> {
+    let stdout = entry::stdout();
+    while !bytes.is_empty() {
+        match rustix::io::write(stdout, bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(all(unix, not(test))))]
+fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut out = io::stdout();
+    out.write_all(bytes).and_then(|()| out.flush())
 }
 
 /// Writes a diagnostic on stderr through the library's queue, which never

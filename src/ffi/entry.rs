@@ -48,6 +48,16 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     c_int::from(crate::run_main(args))
 }
 
+/// fd 1, borrowed for the whole process: stdout by its descriptor, without
+/// std's `Stdout` handle.
+pub(crate) fn stdout() -> BorrowedFd<'static> {
+    // SAFETY: fd 1 is the process's standard output, open for its whole life
+    // (`open_closed_stdio` saw to it before anything else ran); std lends it
+    // out the same way (`AsFd for Stdout`), and nothing in the binary closes
+    // it.
+    unsafe { BorrowedFd::borrow_raw(1) }
+}
+
 /// `signal(SIGPIPE, SIG_IGN)`, as std's start-up does.
 fn ignore_sigpipe() {
     // `sighandler_t` is a pointer-sized function pointer; SIG_IGN is 1 on

@@ -1,5 +1,21 @@
 //! Unix calls without a safe wrapper elsewhere.
 
+use std::os::unix::io::BorrowedFd;
+
+/// fd 0, 1 or 2 (`n`), borrowed for the whole process: the standard
+/// streams by their descriptor, without std's `Stdin`, `Stdout` and
+/// `Stderr` handles (their locks and buffers, 3.6 KB of the binary that the
+/// bridge, which never reads or writes through them, does not need).
+pub(crate) fn standard_stream(n: u8) -> BorrowedFd<'static> {
+    assert!(n <= 2, "not a standard stream");
+    // SAFETY: fds 0-2 are the process's standard streams, open for its whole
+    // life: std lends them out the same way, as `BorrowedFd<'static>`
+    // (`AsFd` for `Stdin`, `Stdout`, `Stderr`), and its start-up, like the
+    // binary's own entry (src/ffi/entry.rs), opens `/dev/null` on any that
+    // the parent left closed. Nothing in this crate closes them.
+    unsafe { BorrowedFd::borrow_raw(i32::from(n)) }
+}
+
 /// The effective uid of the process at the other end of a connected Unix
 /// socket, through `getpeereid(3)`. Linux uses rustix's `SO_PEERCRED`
 /// instead; rustix has no wrapper for this call, and it lives in every

@@ -119,6 +119,7 @@ impl<T: Read + Send + 'static> Threaded<T> {
             let capacity = self.capacity;
             std::thread::Builder::new()
                 .name("mcp-bridge-stdio".into())
+                .stack_size(super::SMALL_STACK)
                 .spawn(move || read_forever(&thread, file, capacity))?;
             self.state = State::Reading(shared);
         }
@@ -140,6 +141,7 @@ impl<T: Write + Send + 'static> Threaded<T> {
             let thread = shared.clone();
             std::thread::Builder::new()
                 .name("mcp-bridge-stdio".into())
+                .stack_size(super::SMALL_STACK)
                 .spawn(move || write_forever(&thread, file))?;
             self.state = State::Writing(shared);
         }

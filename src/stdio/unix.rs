@@ -22,7 +22,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::io::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::io::{BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,6 +35,7 @@ use rustix::net::{RecvFlags, SendFlags};
 // A thread of its own per stream, not `blocking`'s pool: see io/thread.rs.
 use crate::io::thread::Threaded as Unblock;
 
+use crate::ffi::unix::standard_stream;
 use crate::io::readiness::ReadReadiness;
 use crate::io::BUFFER_SIZE;
 
@@ -86,11 +87,11 @@ fn send_flags() -> SendFlags {
 }
 
 pub(super) fn stdin() -> io::Result<Stdio> {
-    open(io::stdin().as_fd(), false)
+    open(standard_stream(0), false)
 }
 
 pub(super) fn stdout() -> io::Result<Stdio> {
-    open(io::stdout().as_fd(), true)
+    open(standard_stream(1), true)
 }
 
 fn open(fd: BorrowedFd<'_>, write: bool) -> io::Result<Stdio> {
@@ -209,43 +210,47 @@ impl AsyncWrite for Stdio {
 /// asked for too: the peer's shutdown of its writing side is the socket's
 /// "every writer has gone". Each event is sent once, then its descriptor is
 /// left out of the poll, which would otherwise return at once for ever.
+/// The thread allocates nothing, so the allocator gives it no arena.
 pub(super) fn watch_hangups(
     input_closed: super::oneshot::Sender<()>,
     output_gone: super::oneshot::Sender<()>,
 ) {
     use rustix::event::{PollFd, PollFlags};
 
-    let input_flags = match rustix::fs::fstat(io::stdin().as_fd()) {
+    let input_flags = match rustix::fs::fstat(standard_stream(0)) {
         Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Socket => rdhup(),
         _ => PollFlags::empty(),
     };
     let watching = std::thread::Builder::new()
         .name("stdio-hangups".into())
+        .stack_size(crate::io::SMALL_STACK)
         .spawn(move || {
-            let stdin = io::stdin();
-            let stdout = io::stdout();
+            let stdin = standard_stream(0);
+            let stdout = standard_stream(1);
             let mut input = Some(input_closed);
             let mut output = Some(output_gone);
             while input.is_some() || output.is_some() {
-                let mut fds = Vec::with_capacity(2);
-                if input.is_some() {
-                    fds.push(PollFd::new(&stdin, input_flags));
-                }
-                if output.is_some() {
-                    fds.push(PollFd::new(&stdout, PollFlags::empty()));
-                }
-                match rustix::event::poll(&mut fds, None) {
+                let mut fds = [
+                    PollFd::new(&stdin, input_flags),
+                    PollFd::new(&stdout, PollFlags::empty()),
+                ];
+                // Only the ends still watched (an entry left out keeps no
+                // events).
+                let watched = match (input.is_some(), output.is_some()) {
+                    (true, true) => &mut fds[..],
+                    (true, false) => &mut fds[..1],
+                    _ => &mut fds[1..],
+                };
+                match rustix::event::poll(watched, None) {
                     Ok(_) => {}
                     Err(Errno::INTR) => continue,
                     // Cannot watch: drop the senders, so nothing ever fires.
                     Err(_) => return,
                 }
-                let ended: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
-                let mut ended = ended.into_iter();
-                if input.is_some() && ended.next() == Some(true) {
+                if input.is_some() && !fds[0].revents().is_empty() {
                     let _ = input.take().map(|s| s.try_send(()));
                 }
-                if output.is_some() && ended.next() == Some(true) {
+                if output.is_some() && !fds[1].revents().is_empty() {
                     let _ = output.take().map(|s| s.try_send(()));
                 }
             }
