@@ -224,6 +224,8 @@ impl App {
                 return App { child };
             }
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("the app {} ended before it was ready", name);
     }
 
@@ -526,12 +528,15 @@ fn the_file(cache: &Path) -> PathBuf {
     files.remove(0)
 }
 
+/// A way to damage an answer file's text.
+type Damage = fn(&str) -> String;
+
 /// Item 6: a damaged entry (a truncated result, or one with an `id`
 /// smuggled in after it) is never written to stdout: the client gets the
 /// reason under its own id, and stderr says the entry was discarded.
 #[test]
 fn a_damaged_entry_is_discarded_and_said() {
-    let damages: [(&str, fn(&str) -> String); 2] = [
+    let damages: [(&str, Damage); 2] = [
         ("truncated", |text| {
             let at = text.find("\"capabil").unwrap();
             format!("{}}}\n", &text[..at + 8])
@@ -651,7 +656,7 @@ fn every_cached_answer_is_said_and_stale_at_once() {
     let app = App::start(&setup.dir, &socket, None, "app");
     smol::block_on(async {
         let discover = modern(1, "server/discover", json!({}));
-        let live = session(&socket, &cache, &[], &[discover.clone()]).await;
+        let live = session(&socket, &cache, &[], std::slice::from_ref(&discover)).await;
         assert_eq!(live[0]["result"]["ttlMs"], 60000);
         app.stop();
         let mut client = bridge(&socket, &cache, "allowed", &["--log", &log_arg]);

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
 
 use super::entry::MAGIC;
@@ -91,8 +91,7 @@ impl Dir {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
         let file = rustix::fs::openat(&self.0, name, flags, Mode::empty())?;
         let stat = rustix::fs::fstat(&file)?;
-        // `S_IFMT` and `S_IFREG`: a regular file.
-        if u32::from(stat.st_mode) & 0o170_000 != 0o100_000 || stat.st_uid != me() {
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_uid != me() {
             return Err(refused("it is not a regular file of yours"));
         }
         Ok((file, stat))
