@@ -42,7 +42,8 @@
 //! - **What is touched.** The directory is opened once, not through a
 //!   link, checked to be ours and not writable by others, and held: files
 //!   are read, written (with `fsync` before the rename) and removed through
-//!   it, never by path. A file is removed or replaced only when it is
+//!   it, never by path (only the listing of names for the bound goes by
+//!   path: see `unix.rs`). A file is removed or replaced only when it is
 //!   provably the bridge's: its name is [`PREFIX`]`<16 hex>`[`SUFFIX`],
 //!   it is a regular file of ours (not followed through a link), and it
 //!   starts with the bridge's own header ([`entry::MAGIC`]). A
