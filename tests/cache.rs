@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 
 use futures_lite::AsyncBufReadExt;
 use serde_json::{json, Value};
-use support::{bridge_command, foreign_command, is_root, within, Bridge, TempDir, NOBODY};
+use support::{bin, bridge_command, foreign_command, is_root, within, Bridge, TempDir, NOBODY};
 
 /// The test that is also the app's entry.
 const APP_TEST: &str = "the_scripted_app";
@@ -569,6 +569,56 @@ fn a_damaged_entry_is_discarded_and_said() {
             );
         });
     }
+}
+
+/// Item 6, the write: an answer reaches its file synced before it is
+/// renamed into place (seen with strace; skipped where there is none).
+#[test]
+fn an_answer_is_synced_before_it_is_renamed_into_place() {
+    let traced = Command::new("strace").arg("-V").output();
+    if !traced.map_or(false, |out| out.status.success()) {
+        eprintln!("skipped: no strace");
+        return;
+    }
+    let setup = Setup::new("fsync", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let trace = setup.cache.0.join("trace");
+    let app = App::start(&setup.dir, &socket, None, "app");
+    smol::block_on(async {
+        let mut command = smol::process::Command::new("strace");
+        command
+            .args([
+                "-f",
+                "-qq",
+                "-e",
+                "trace=fsync,fdatasync,rename,renameat,renameat2",
+                "-o",
+            ])
+            .arg(&trace)
+            .arg(bin())
+            .arg("mcp-server")
+            .arg("--endpoint")
+            .arg(&socket)
+            .args(["--project", "p", "--requester", "allowed", "--cache-dir"])
+            .arg(&cache)
+            .stderr(Stdio::piped());
+        let mut client = Bridge::spawn(&mut command);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert!(reply.get("result").is_some(), "{}", reply);
+        client.finish_with_stderr().await;
+    });
+    app.stop();
+    let trace = fs::read_to_string(trace).unwrap();
+    let calls: Vec<&str> = trace.lines().filter(|l| !l.contains("resumed>")).collect();
+    let renamed = calls
+        .iter()
+        .position(|l| l.contains("rename"))
+        .expect(&trace);
+    assert!(
+        calls[..renamed].iter().any(|l| l.contains("fsync(")),
+        "{}",
+        trace
+    );
 }
 
 /// Item 7: two bridges of one project at once, a 2026-07-28 session and a
