@@ -57,45 +57,57 @@ pub(super) fn write(
     trusted: Option<&ServerUser>,
     result: &[u8],
 ) -> Vec<u8> {
-    let mut text = Vec::with_capacity(MAGIC.len() + 2 * key.len() + 64 + result.len());
-    text.extend_from_slice(MAGIC);
-    text.extend_from_slice(b"key ");
-    for b in key {
-        text.extend_from_slice(format!("{:02x}", b).as_bytes());
+    let mut text = header(key);
+    text.extend_from_slice(server.plain().as_bytes());
+    text.extend_from_slice(b"\ntrust ");
+    match trusted {
+        Some(user) => text.extend_from_slice(user.plain().as_bytes()),
+        None => text.extend_from_slice(b"default"),
     }
-    let trust = trusted.map_or_else(|| "default".to_string(), ServerUser::plain);
-    text.extend_from_slice(format!("\nserver {}\ntrust {}\n\n", server.plain(), trust).as_bytes());
+    text.extend_from_slice(b"\n\n");
     text.extend_from_slice(result);
+    text
+}
+
+/// How the answer file of `key` starts: up to its server.
+fn header(key: &[u8]) -> Vec<u8> {
+    let mut text = MAGIC.to_vec();
+    text.extend_from_slice(b"key ");
+    for &b in key {
+        text.push(HEX[usize::from(b >> 4)]);
+        text.push(HEX[usize::from(b & 15)]);
+    }
+    text.extend_from_slice(b"\nserver ");
     text
 }
 
 /// Reads an answer file's `text`, for `key`.
 pub(super) fn read<'a>(text: &'a [u8], key: &[u8]) -> Read<'a> {
-    let damaged = Read::Damaged("it is not a whole answer of this format");
-    let rest = match text.strip_prefix(MAGIC) {
-        Some(rest) => rest,
-        None => return damaged,
-    };
-    let mut lines = rest.splitn(5, |&b| b == b'\n');
-    let mut field = |name: &str| {
-        let line = lines.next()?;
-        line.strip_prefix(name.as_bytes())?.strip_prefix(b" ")
-    };
-    let (hex, server, trust) = match (field("key"), field("server"), field("trust")) {
-        (Some(hex), Some(server), Some(trust)) => (hex, server, trust),
-        _ => return damaged,
-    };
-    let (blank, result) = (lines.next(), lines.next());
-    let result = match (blank, result) {
-        (Some(b""), Some(result)) => result,
-        _ => return damaged,
-    };
-    if trust.is_empty() {
+    let damaged = Read::Damaged("it is not a whole answer");
+    if !text.starts_with(MAGIC) {
         return damaged;
     }
-    if hex.len() != 2 * key.len() || !hex.chunks(2).zip(key).all(|(h, &k)| is_hex_of(h, k)) {
-        return Read::Other;
-    }
+    let rest = match text.strip_prefix(header(key).as_slice()) {
+        Some(rest) => rest,
+        None => return Read::Other,
+    };
+    // "SERVER\ntrust RULE\n\nRESULT"
+    let split = |text: &'a [u8]| {
+        let at = text.iter().position(|&b| b == b'\n')?;
+        Some((text.get(..at)?, text.get(at + 1..)?))
+    };
+    let (server, rest) = match split(rest) {
+        Some(split) => split,
+        None => return damaged,
+    };
+    let result = match split(rest) {
+        Some((trust, rest)) if trust.len() > 6 && trust.starts_with(b"trust ") => split(rest),
+        _ => None,
+    };
+    let result = match result {
+        Some((b"", result)) => result,
+        _ => return damaged,
+    };
     let server = match std::str::from_utf8(server).ok().map(str::parse) {
         Some(Ok(server)) => server,
         _ => return damaged,
@@ -106,14 +118,9 @@ pub(super) fn read<'a>(text: &'a [u8], key: &[u8]) -> Read<'a> {
     Read::Entry { server, result }
 }
 
-/// Whether the two hex digits `hex` spell `byte`.
-fn is_hex_of(hex: &[u8], byte: u8) -> bool {
-    let digit = |d: u8| (d as char).to_digit(16);
-    match (digit(hex[0]), digit(hex[1])) {
-        (Some(high), Some(low)) => high * 16 + low == u32::from(byte),
-        _ => false,
-    }
-}
+/// The digits of the hex this file and the answer files' names are
+/// written in.
+pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// `result` as the bridge serves it for the absent app: a 2026-07-28
 /// result's `ttlMs` is 0, so that no client keeps it as fresh (an absent
@@ -123,7 +130,11 @@ pub(super) fn served(result: &[u8]) -> Vec<u8> {
     match member(result, "ttlMs") {
         Some(ttl) => {
             let at = ttl.as_ptr() as usize - result.as_ptr() as usize;
-            [&result[..at], b"0", &result[at + ttl.len()..]].concat()
+            let (head, rest) = (result.get(..at), result.get(at + ttl.len()..));
+            let mut served = head.unwrap_or_default().to_vec();
+            served.push(b'0');
+            served.extend_from_slice(rest.unwrap_or_default());
+            served
         }
         None => result.to_vec(),
     }
@@ -242,7 +253,7 @@ impl Json<'_> {
     }
 
     fn word(&mut self, word: &[u8]) -> Option<()> {
-        ok(self.text[self.at..].starts_with(word))?;
+        ok(self.text.get(self.at..self.at + word.len()) == Some(word))?;
         self.at += word.len();
         Some(())
     }

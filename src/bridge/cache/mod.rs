@@ -42,7 +42,8 @@
 //! - **What is touched.** The directory is opened once, not through a
 //!   link, checked to be ours and not writable by others, and held: files
 //!   are read, written (with `fsync` before the rename) and removed through
-//!   it, never by path. A file is removed or replaced only when it is
+//!   it, never by path (only the listing of names for the bound goes by
+//!   path: see `unix.rs`). A file is removed or replaced only when it is
 //!   provably the bridge's: its name is [`PREFIX`]`<16 hex>`[`SUFFIX`],
 //!   it is a regular file of ours (not followed through a link), and it
 //!   starts with the bridge's own header ([`entry::MAGIC`]). A
@@ -91,6 +92,14 @@ pub const VALUE_LIMIT: usize = 64 * 1024;
 /// in use (an `initialize` per protocol version, a `server/discover`, a
 /// page or two of each list), for a few dozen of them: 16 MiB at most.
 pub const FILE_LIMIT: usize = 256;
+
+/// The lists kept, as their `method` is written (raw JSON).
+const LISTS: [&str; 4] = [
+    "\"tools/list\"",
+    "\"prompts/list\"",
+    "\"resources/list\"",
+    "\"resources/templates/list\"",
+];
 
 /// How every answer file's name starts, and ends.
 const PREFIX: &str = "mcpb-";
@@ -165,7 +174,7 @@ impl Cache {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
-                self.pass_over(&name, &e.to_string());
+                self.pass_over(&name, &e, "");
                 return None;
             }
         };
@@ -176,30 +185,29 @@ impl Cache {
                 if let Some(dir) = &self.held {
                     let _ = dir.remove(&name);
                 }
-                self.pass_over(&name, &format!("{} (discarded)", why));
+                self.pass_over(&name, &why, " (discarded)");
                 return None;
             }
         };
         if !server.trusted(self.trusted.as_ref()) {
-            let why = format!(
-                "its answer is {}'s, whom this bridge does not trust",
-                server
-            );
-            self.pass_over(&name, &why);
+            let untrusted = " served it, whom this bridge does not trust";
+            self.pass_over(&name, &server, untrusted);
             return None;
         }
-        let method = String::from_utf8_lossy(member(&request.line, "method")?).into_owned();
+        let method = member(&request.line, "method").unwrap_or(b"");
         let said = format!(
             "answered {} from the answers cache (the app's last answer, served by {}) while the \
              app is away",
-            method, server
+            std::str::from_utf8(method).unwrap_or_default(),
+            server
         );
-        match (&self.log, self.said_answered) {
-            (log, false) => super::say(log.as_ref(), &format!("{}; said once", said)),
+        // On stderr once a session (a CLI shows it in its MCP log), in the
+        // traffic log each time.
+        match (&self.log, std::mem::replace(&mut self.said_answered, true)) {
+            (log, false) => super::say(log.as_ref(), &said),
             (Some(log), true) => log.event(format_args!("{}", said)),
             (None, true) => {}
         }
-        self.said_answered = true;
         Some(entry::served(result))
     }
 
@@ -249,12 +257,16 @@ impl Cache {
         self.held.as_ref()
     }
 
-    /// Says (once a session) why an entry was not used.
-    fn pass_over(&mut self, name: &str, why: &str) {
+    /// Says (once a session) why an entry was not used: `why`, then
+    /// `more`.
+    fn pass_over(&mut self, name: &str, why: &dyn std::fmt::Display, more: &str) {
         if !std::mem::replace(&mut self.said_passed_over, true) {
             super::say(
                 self.log.as_ref(),
-                &format!("not answering from the answers cache's {}: {}", name, why),
+                &format!(
+                    "not answering from the answers cache's {}: {}{}",
+                    name, why, more
+                ),
             );
         }
     }
@@ -283,21 +295,22 @@ impl Cache {
 /// keep. The parts are raw JSON, apart by a NUL, which neither a path, an
 /// argument nor a JSON text holds.
 fn key(base: &[u8], request: &Recorded) -> Option<Vec<u8>> {
-    if request.param("inputResponses").is_some() || request.param("requestState").is_some() {
+    let params = member(&request.line, "params").unwrap_or(b"{}");
+    let param = |name| member(params, name);
+    if param("inputResponses").is_some() || param("requestState").is_some() {
         return None;
     }
     let method = member(&request.line, "method")?;
-    let picks: &[u8] = match method {
-        b"\"initialize\"" => request.param("protocolVersion")?,
-        b"\"server/discover\"" => b"",
-        b"\"tools/list\""
-        | b"\"prompts/list\""
-        | b"\"resources/list\""
-        | b"\"resources/templates/list\"" => request.param("cursor").unwrap_or(b""),
-        _ => return None,
+    let picks: &[u8] = if method == b"\"initialize\"" {
+        param("protocolVersion")?
+    } else if method == b"\"server/discover\"" {
+        b""
+    } else if LISTS.iter().any(|list| list.as_bytes() == method) {
+        param("cursor").unwrap_or(b"")
+    } else {
+        return None;
     };
-    let era = request
-        .param("_meta")
+    let era = param("_meta")
         .and_then(|meta| member(meta, "io.modelcontextprotocol/protocolVersion"))
         .unwrap_or(b"");
     let mut key = base.to_vec();
@@ -315,7 +328,11 @@ fn file_name(key: &[u8]) -> String {
     for &b in key {
         hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{}{:016x}{}", PREFIX, hash, SUFFIX)
+    let mut name = String::from(PREFIX);
+    for digit in (0..16).rev() {
+        name.push(char::from(entry::HEX[(hash >> (4 * digit)) as usize & 15]));
+    }
+    name + SUFFIX
 }
 
 /// Whether `name` is an answer file's (see [`file_name`]).
@@ -323,8 +340,10 @@ fn is_answer_file(name: &str) -> bool {
     name.len() == PREFIX.len() + 16 + SUFFIX.len()
         && name.starts_with(PREFIX)
         && name.ends_with(SUFFIX)
-        && name[PREFIX.len()..PREFIX.len() + 16]
+        && name
             .bytes()
+            .skip(PREFIX.len())
+            .take(16)
             .all(|b| b.is_ascii_hexdigit())
 }
 
@@ -341,11 +360,11 @@ fn prune(dir: &platform::Dir) {
     // The oldest go one at a time, found by a scan: a save adds one file,
     // so there is one to remove, rarely more, and a sort's code is 4 KB.
     while files.len() > FILE_LIMIT {
-        let oldest = (0..files.len())
-            .min_by(|&a, &b| files[a].cmp(&files[b]))
-            .expect("more files than the limit");
-        let (_, name) = files.swap_remove(oldest);
-        let _ = dir.remove(&name);
+        let oldest = files.iter().enumerate().min_by(|a, b| a.1.cmp(b.1));
+        if let Some((oldest, _)) = oldest {
+            let (_, name) = files.swap_remove(oldest);
+            let _ = dir.remove(&name);
+        }
     }
 }
 

@@ -4,6 +4,13 @@
 //! following links), never by path: a parent another user can write cannot
 //! swap the directory between the check and the use.
 //!
+//! Only the listing of the directory's names (for the bound on its files)
+//! goes by its path, as std reads directories: a directory swapped in there
+//! only shows names, each then looked up, checked and removed in the
+//! directory held (so the worst a swap can do is keep a file or two past
+//! the bound). std's reader is in the full build anyway, and costs the
+//! bridge-only build 568 bytes less than rustix's.
+//!
 //! A file is replaced or removed only when it is provably the bridge's: a
 //! regular file of ours, opened without following a link, that starts with
 //! [`MAGIC`], and still the same file (device and inode) when it is
@@ -11,13 +18,12 @@
 //! our own user could swap a file in that last moment.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
 
 use super::entry::MAGIC;
@@ -48,13 +54,13 @@ fn me() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-fn refused(why: String) -> io::Error {
+fn refused(why: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, why)
 }
 
-/// The cache's directory, held open.
+/// The cache's directory, held open, and its path (for the listing only).
 #[derive(Debug)]
-pub(super) struct Dir(OwnedFd);
+pub(super) struct Dir(OwnedFd, PathBuf);
 
 impl Dir {
     /// Opens the directory (created `0700` if `create` and missing), not
@@ -62,15 +68,7 @@ impl Dir {
     /// path: a directory of ours that no one else can write.
     pub(super) fn open(dir: &Path, create: bool) -> io::Result<Dir> {
         if create {
-            match std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-            {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            create_private(dir)?;
         }
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let held = match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
@@ -85,52 +83,45 @@ impl Dir {
         };
         let stat = rustix::fs::fstat(&held)?;
         if stat.st_uid != me() {
-            return Err(refused(format!(
-                "it belongs to uid {}, not to you",
-                stat.st_uid
-            )));
+            return Err(refused("it belongs to another user"));
         }
         if Mode::from_raw_mode(stat.st_mode).intersects(Mode::WGRP | Mode::WOTH) {
-            return Err(refused("others can write it".into()));
+            return Err(refused("others can write it"));
         }
-        Ok(Dir(held))
+        Ok(Dir(held, dir.to_path_buf()))
     }
 
     /// Opens `name` for reading: a regular file of ours, not through a
     /// link, without blocking (a FIFO put there fails at once instead of
-    /// hanging us).
-    fn open_file(&self, name: &str) -> io::Result<File> {
+    /// hanging us). Its status with it.
+    fn open_file(&self, name: &str) -> io::Result<(OwnedFd, Stat)> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-        let file = File::from(rustix::fs::openat(&self.0, name, flags, Mode::empty())?);
-        let meta = file.metadata()?;
-        if !meta.is_file() || meta.uid() != me() {
-            return Err(refused(format!("{} is not a regular file of yours", name)));
+        let file = rustix::fs::openat(&self.0, name, flags, Mode::empty())?;
+        let stat = rustix::fs::fstat(&file)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile || stat.st_uid != me() {
+            return Err(refused("it is not a regular file of yours"));
         }
-        Ok(file)
+        Ok((file, stat))
     }
 
     /// Reads the file `name`, at most `limit` bytes.
     pub(super) fn read(&self, name: &str, limit: usize) -> io::Result<Vec<u8>> {
-        let mut text = Vec::new();
-        self.open_file(name)?
-            .take(limit as u64)
-            .read_to_end(&mut text)?;
-        Ok(text)
+        read_to_limit(self.open_file(name)?.0, limit)
     }
 
     /// Whether `name` is a file the bridge wrote: its device and inode
     /// then. `NotFound` when there is none.
     fn ours(&self, name: &str) -> io::Result<Option<(u64, u64)>> {
-        let file = match self.open_file(name) {
-            Ok(file) => file,
+        let (file, stat) = match self.open_file(name) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(None),
             Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let meta = file.metadata()?;
-        let mut head = Vec::with_capacity(MAGIC.len());
-        file.take(MAGIC.len() as u64).read_to_end(&mut head)?;
-        Ok(Some((meta.dev(), meta.ino())).filter(|_| head == MAGIC))
+        if read_to_limit(file, MAGIC.len())? != MAGIC {
+            return Ok(None);
+        }
+        Ok(Some(identity(&stat)))
     }
 
     /// Removes `name` if it is a file the bridge wrote (see the module
@@ -143,10 +134,7 @@ impl Dir {
             Err(e) => return Err(e),
         };
         let now = rustix::fs::statat(&self.0, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        // (The fields' types differ between systems.)
-        #[allow(clippy::unnecessary_cast)]
-        let now = (now.st_dev as u64, now.st_ino as u64);
-        if now != id {
+        if identity(&now) != id {
             return Ok(false);
         }
         rustix::fs::unlinkat(&self.0, name, AtFlags::empty())?;
@@ -161,10 +149,9 @@ impl Dir {
             Ok(Some(_)) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Ok(None) => {
-                return Err(refused(format!(
-                    "{} is not a file mcp-bridge wrote: it is left as it is",
-                    name
-                )))
+                return Err(refused(
+                    "a file mcp-bridge did not write has its name (left as it is)",
+                ))
             }
             Err(e) => return Err(e),
         }
@@ -197,19 +184,61 @@ impl Dir {
     /// that are regular files of ours, with their modification times.
     pub(super) fn files(&self) -> Vec<((i64, i64), String)> {
         let mut files = Vec::new();
-        let entries = match rustix::fs::Dir::read_from(&self.0) {
+        let entries = match std::fs::read_dir(&self.1) {
             Ok(entries) => entries,
             Err(_) => return files,
         };
         for entry in entries.flatten() {
-            let name = match std::str::from_utf8(entry.file_name().to_bytes()) {
-                Ok(name) if super::is_answer_file(name) => name,
+            let name = match entry.file_name().into_string() {
+                Ok(name) if super::is_answer_file(&name) => name,
                 _ => continue,
             };
-            if let Ok(meta) = self.open_file(name).and_then(|f| f.metadata()) {
-                files.push(((meta.mtime(), meta.mtime_nsec()), name.to_string()));
+            if let Ok((_, stat)) = self.open_file(&name) {
+                // (The fields' types differ between systems.)
+                #[allow(clippy::unnecessary_cast)]
+                let modified = (stat.st_mtime as i64, stat.st_mtime_nsec as i64);
+                files.push((modified, name));
             }
         }
         files
     }
+}
+
+/// Creates `dir` `0700` if it is missing, and its missing parents (the
+/// user's `~/.cache` may not be there yet).
+fn create_private(dir: &Path) -> io::Result<()> {
+    match rustix::fs::mkdir(dir, Mode::RWXU) {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(Errno::NOENT) => match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                create_private(parent)?;
+                create_private(dir)
+            }
+            _ => Err(Errno::NOENT.into()),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A file's device and inode: which file it is.
+fn identity(stat: &Stat) -> (u64, u64) {
+    // (The fields' types differ between systems.)
+    #[allow(clippy::unnecessary_cast)]
+    (stat.st_dev as u64, stat.st_ino as u64)
+}
+
+/// Reads `file` to its end, at most `limit` bytes.
+fn read_to_limit(file: OwnedFd, limit: usize) -> io::Result<Vec<u8>> {
+    let mut text = vec![0; limit];
+    let mut len = 0;
+    while let Some(rest) = text.get_mut(len..).filter(|rest| !rest.is_empty()) {
+        match rustix::io::read(&file, rest) {
+            Ok(0) => break,
+            Ok(read) => len += read,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    text.truncate(len);
+    Ok(text)
 }

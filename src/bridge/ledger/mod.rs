@@ -732,9 +732,9 @@ impl Ledger {
             self.served = true;
             if sent.method.cached() {
                 self.whole_wanted = self.whole_wanted.saturating_sub(1);
-                let result = result().filter(|_| envelope.kind == Kind::Response);
                 if let Some(text) = &sent.text {
-                    self.cache.learn(text, result);
+                    let answered = envelope.kind == Kind::Response;
+                    self.cache.learn(text, if answered { result() } else { None });
                 }
             }
             if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
