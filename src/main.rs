@@ -73,7 +73,7 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
         #[cfg(feature = "demo")]
         Command::Demo => demo::run(&mut io::stdout()).map_err(Into::into),
         #[cfg(feature = "doctor")]
-        Command::Doctor(cli::Doctor { config, json }) => {
+        Command::Doctor { config, json } => {
             let report = doctor::run(&config);
             if json {
                 print(&format!("{}\n", report.to_json_text()))?;
