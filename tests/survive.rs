@@ -39,6 +39,23 @@ fn spawn_bridge(socket: &Path, extra: &[&str]) -> Bridge {
     )
 }
 
+/// A bridge to `socket` (see [`spawn_bridge`]) with its session open:
+/// `initialize` answered, `notifications/initialized` sent.
+async fn open_session(socket: &Path, extra: &[&str]) -> Bridge {
+    let mut bridge = spawn_bridge(socket, extra);
+    bridge.send(INITIALIZE).await;
+    assert_eq!(bridge.json().await["id"], 1);
+    bridge.send(INITIALIZED).await;
+    bridge
+}
+
+/// Calls `echo` with `text` as request `id` and checks the app's answer.
+async fn echoed(bridge: &mut Bridge, id: u32, text: &str) {
+    bridge.send(&call(id, text)).await;
+    let reply = bridge.json().await;
+    assert_eq!(reply["result"]["content"][0]["text"], text, "{}", reply);
+}
+
 /// Not a test of the bridge: the process [`Host::spawn`] starts
 /// (`support::scripted`).
 #[test]
@@ -62,31 +79,24 @@ async fn got_slow(host: &mut Host) {
     .await;
 }
 
-/// One session through a host process that dies with a `tools/call` in
-/// flight (as `stop` says) and is started again on the same path: the call
-/// in flight gets its error at once, the next one is answered by the new
-/// host, and the bridge exits 0 when stdin closes.
-async fn restart_round(socket: &Path, stop: Stop) {
+/// A request the app never answers.
+const SLOW: &str = r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#;
+
+/// One session through a host process that dies (as `stop` says) with
+/// `in_flight` unanswered, and is started again on the same path: what was
+/// in flight gets its error at once (`errors` checks it), the next call is
+/// answered by the new host, and the bridge exits 0 when stdin closes.
+async fn restart_round(socket: &Path, stop: Stop, in_flight: &str, errors: impl Fn(&Value)) {
     let mut host = Host::spawn(socket, app()).await;
-    let mut bridge = spawn_bridge(socket, &[]);
-    bridge.send(INITIALIZE).await;
-    assert_eq!(bridge.json().await["id"], 1);
-    bridge.send(INITIALIZED).await;
-    bridge.send(&call(2, "before")).await;
-    assert_eq!(
-        bridge.json().await["result"]["content"][0]["text"],
-        "before"
-    );
-    bridge
-        .send(r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#)
-        .await;
+    let mut bridge = open_session(socket, &[]).await;
+    echoed(&mut bridge, 2, "before").await;
+    bridge.send(in_flight).await;
     got_slow(&mut host).await;
     match stop {
         Stop::Kill => host.kill().await,
         Stop::Exit => host.stop().await,
     }
-    let error = bridge.json().await;
-    assert_eq!(error["id"], "slow", "{}", error);
+    errors(&bridge.json().await);
     let new_host = Host::spawn(socket, app()).await;
     let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
     assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
@@ -95,15 +105,26 @@ async fn restart_round(socket: &Path, stop: Stop) {
     new_host.kill().await;
 }
 
+/// The error of the one request in flight, [`SLOW`].
+fn slow_failed(error: &Value) {
+    assert_eq!(error["id"], "slow", "{}", error);
+}
+
+/// [`restart_round`] [`ROUNDS`] times in a row on one path (`tag` names
+/// the rounds on stderr).
+fn restart_rounds(tag: &str, stop: Stop, in_flight: &str, errors: impl Fn(&Value)) {
+    let (_dir, socket) = setup(tag);
+    for round in 0..ROUNDS {
+        smol::block_on(restart_round(&socket, stop, in_flight, &errors));
+        eprintln!("{}: round {} of {} passed", tag, round + 1, ROUNDS);
+    }
+}
+
 /// The issue's first report: a host SIGKILLed with a call in flight and
 /// restarted on the same path. [`ROUNDS`] times in a row.
 #[test]
 fn a_sigkilled_host_restarted_on_the_same_path_is_resumed_every_time() {
-    let (_dir, socket) = setup("sigkill");
-    for round in 0..ROUNDS {
-        smol::block_on(restart_round(&socket, Stop::Kill));
-        eprintln!("sigkill: round {} of {} passed", round + 1, ROUNDS);
-    }
+    restart_rounds("sigkill", Stop::Kill, SLOW, slow_failed);
 }
 
 /// A JSON-RPC batch in flight when the host is SIGKILLed gets one array of
@@ -112,35 +133,16 @@ fn a_sigkilled_host_restarted_on_the_same_path_is_resumed_every_time() {
 /// times in a row.
 #[test]
 fn a_batch_in_flight_when_the_host_is_sigkilled_gets_one_array_of_errors_every_time() {
-    let (_dir, socket) = setup("batchkill");
-    for round in 0..ROUNDS {
-        smol::block_on(async {
-            let mut host = Host::spawn(&socket, app()).await;
-            let mut bridge = spawn_bridge(&socket, &[]);
-            bridge.send(INITIALIZE).await;
-            assert_eq!(bridge.json().await["id"], 1);
-            bridge.send(INITIALIZED).await;
-            // The host answers no batch: this one stays in flight.
-            bridge
-                .send(r#" [{"jsonrpc":"2.0","id":"slow","method":"slow/never"},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":7,"method":"slow/never"}]"#)
-                .await;
-            got_slow(&mut host).await;
-            host.kill().await;
-            let errors = bridge.json().await;
-            assert_eq!(errors.as_array().map(Vec::len), Some(2), "{}", errors);
-            assert_eq!(errors[0]["id"], "slow", "{}", errors);
-            assert_eq!(errors[1]["id"], 7, "{}", errors);
-            let message = errors[1]["error"]["message"].as_str().unwrap();
-            assert!(message.contains("before answering"), "{}", message);
-            let new_host = Host::spawn(&socket, app()).await;
-            let (reply, _) = call_after_restart(&mut bridge, 3, "after").await;
-            assert_eq!(reply["result"]["content"][0]["text"], "after", "{}", reply);
-            let (code, stderr) = bridge.finish_with_stderr().await;
-            assert_eq!(code, Some(0), "{}", stderr);
-            new_host.kill().await;
-        });
-        eprintln!("batch: round {} of {} passed", round + 1, ROUNDS);
-    }
+    // The host answers no batch: this one stays in flight.
+    let batch = r#" [{"jsonrpc":"2.0","id":"slow","method":"slow/never"},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":7,"method":"slow/never"}]"#;
+    let one_array = |errors: &Value| {
+        assert_eq!(errors.as_array().map(Vec::len), Some(2), "{}", errors);
+        assert_eq!(errors[0]["id"], "slow", "{}", errors);
+        assert_eq!(errors[1]["id"], 7, "{}", errors);
+        let message = errors[1]["error"]["message"].as_str().unwrap();
+        assert!(message.contains("before answering"), "{}", message);
+    };
+    restart_rounds("batchkill", Stop::Kill, batch, one_array);
 }
 
 /// The issue's second report: a host that closes its connections before its
@@ -148,11 +150,7 @@ fn a_batch_in_flight_when_the_host_is_sigkilled_gets_one_array_of_errors_every_t
 /// that is never served and is reset at the exit. [`ROUNDS`] times.
 #[test]
 fn a_host_that_closes_its_connections_before_its_listener_is_resumed_every_time() {
-    let (_dir, socket) = setup("linger");
-    for round in 0..ROUNDS {
-        smol::block_on(restart_round(&socket, Stop::Exit));
-        eprintln!("linger: round {} of {} passed", round + 1, ROUNDS);
-    }
+    restart_rounds("linger", Stop::Exit, SLOW, slow_failed);
 }
 
 /// An app that answers the replayed `initialize` and closes again, over and
@@ -169,10 +167,7 @@ fn a_crash_looping_app_is_retried_boundedly_then_reported() {
                 ..app()
             };
             let mut host = Host::start(&socket, crash_loop);
-            let mut bridge = spawn_bridge(&socket, &["--reconnect-timeout", "1"]);
-            bridge.send(INITIALIZE).await;
-            assert_eq!(bridge.json().await["id"], 1);
-            bridge.send(INITIALIZED).await;
+            let mut bridge = open_session(&socket, &["--reconnect-timeout", "1"]).await;
             // A request that reaches an instance about to close gets the
             // "reconnecting" error and is asked again, as a client would,
             // until the bridge gives up.
@@ -225,13 +220,8 @@ fn held_messages_reach_an_app_that_answers_one_at_a_time_with_a_large_reply() {
         let (_dir, socket) = setup("heldbig");
         smol::block_on(async {
             let mut host = Host::start(&socket, app());
-            let mut bridge = spawn_bridge(&socket, &[]);
-            bridge.send(INITIALIZE).await;
-            bridge.json().await;
-            bridge.send(INITIALIZED).await;
-            bridge
-                .send(r#"{"jsonrpc":"2.0","id":"slow","method":"slow/never"}"#)
-                .await;
+            let mut bridge = open_session(&socket, &[]).await;
+            bridge.send(SLOW).await;
             got_slow(&mut host).await;
             host.stop().await;
             // The bridge has seen the hang-up: what follows is held.
@@ -305,15 +295,8 @@ fn a_restart_does_not_end_the_session() {
     let (_dir, socket) = setup("restart");
     smol::block_on(async {
         let mut first = Host::start(&socket, app());
-        let mut bridge = spawn_bridge(&socket, &[]);
-        bridge.send(INITIALIZE).await;
-        assert_eq!(bridge.json().await["id"], 1);
-        bridge.send(INITIALIZED).await;
-        bridge.send(&call(2, "before")).await;
-        assert_eq!(
-            bridge.json().await["result"]["content"][0]["text"],
-            "before"
-        );
+        let mut bridge = open_session(&socket, &[]).await;
+        echoed(&mut bridge, 2, "before").await;
         let handshakes = first.events_of("connected");
         assert_eq!(handshakes.len(), 1);
         assert_eq!(

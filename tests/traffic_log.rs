@@ -361,17 +361,7 @@ fn echo_app(socket: &Path) {
 /// binary, or a shell that runs it), with `log_args` added; stdin and
 /// stderr piped, stdout piped unless the caller sets it.
 fn bridge_command(mut command: Command, socket: &Path, log_args: &[&str]) -> Command {
-    command
-        .args([
-            "mcp-server",
-            "--no-reconnect",
-            "--project",
-            "p",
-            "--requester",
-            "r",
-        ])
-        .arg("--endpoint")
-        .arg(socket)
+    support::plain_relay(&mut command, socket, "r")
         .args(log_args)
         .env_remove("MCP_BRIDGE_LOG")
         .env_remove("MCP_BRIDGE_LOG_MAX_BYTES")
