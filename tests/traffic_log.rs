@@ -245,42 +245,6 @@ fn records_are_one_line_whatever_the_message_holds() {
     }
 }
 
-/// The log never grows past its cap: at the cap it moves to `FILE.1`
-/// (replacing the one before), so exactly one old file is kept, and both
-/// hold whole records.
-#[test]
-fn rotation_at_the_cap_keeps_one_old_file() {
-    const CAP: u64 = 4000;
-    let dir = TempDir::new("log-rotate", 0o700);
-    let log = log_path(&dir);
-    let cap = CAP.to_string();
-    let mut serve = start_serve(
-        &dir.socket(),
-        &log,
-        &[("MCP_BRIDGE_LOG_MAX_BYTES", cap.as_str())],
-    );
-    let mut client = Client::connect(&dir.socket(), "r");
-    for n in 0..200 {
-        let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}}\n", n);
-        client.echo(line.as_bytes());
-    }
-    drop(client);
-    wait_for_record(&mut serve, &log, "ended");
-    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
-    assert_eq!(dir.entries(), ["traffic.log", "traffic.log.1"]);
-    let old = dir.0.join("traffic.log.1");
-    for path in [&log, &old] {
-        let size = fs::metadata(path).unwrap().len();
-        assert!(size <= CAP, "{} has {} bytes", path.display(), size);
-        // Every line is a whole record.
-        records(path);
-    }
-    assert!(records(&log)
-        .last()
-        .unwrap()
-        .starts_with("event exit code=0"));
-}
-
 /// A log that cannot be created (a read-only directory; for root, whom
 /// modes do not stop, a path through a regular file) is one warning on
 /// stderr, and serve relays all the same.
@@ -317,18 +281,6 @@ fn a_log_that_cannot_be_opened_does_not_stop_serve() {
         warnings[0]
     );
     assert!(!log.exists());
-}
-
-/// The log holds the user's traffic: it is created owner-only whatever
-/// the umask.
-#[test]
-fn the_log_file_is_created_owner_only() {
-    let dir = TempDir::new("log-mode", 0o755);
-    let log = log_path(&dir);
-    let mut serve = start_serve(&dir.socket(), &log, &[]);
-    wait_for_record(&mut serve, &log, "event start");
-    let mode = fs::metadata(&log).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "mode {:o}", mode);
 }
 
 // ---------------------------------------------------------------------------
