@@ -415,6 +415,26 @@ fn log_warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Five requests through a bridge to `socket` with `--log <log>`: what it
+/// did, and what it was sent.
+fn run_logged(socket: &Path, log: &Path) -> (Ran, Vec<u8>) {
+    let input = requests("a", 5);
+    let mut command = bridge_command(Command::new(BIN), socket, &["--log", arg(log)]);
+    (run(&mut command, input.clone()), input)
+}
+
+/// [`run_logged`]: the bridge relays all the same, and says once that it
+/// refuses the log, and `why`.
+fn relays_refusing(socket: &Path, log: &Path, why: &str) {
+    let (ran, input) = run_logged(socket, log);
+    let warning = format!(
+        "mcp-bridge: refusing the traffic log '{}': {}",
+        log.display(),
+        why
+    );
+    assert_relayed_with_one_warning(&ran, &input, &warning);
+}
+
 /// The bridge relayed every byte and nothing else, ended well, and said
 /// exactly one thing about the log: a line starting with `warning`.
 fn assert_relayed_with_one_warning(ran: &Ran, input: &[u8], warning: &str) {
@@ -450,19 +470,7 @@ fn a_symbolic_link_at_the_log_path_is_refused() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     let log = log_path(&dir);
     std::os::unix::fs::symlink(&victim, &log).unwrap();
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it is a symbolic link",
-            log.display()
-        ),
-    );
+    relays_refusing(&dir.socket(), &log, "it is a symbolic link");
     assert_eq!(fs::read(&victim).unwrap(), b"victim\n");
     assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
     assert!(fs::symlink_metadata(&log).unwrap().file_type().is_symlink());
@@ -487,20 +495,8 @@ fn another_users_file_at_the_log_path_is_refused() {
         .status()
         .unwrap();
     assert!(status.success());
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it belongs to user {}",
-            log.display(),
-            NOBODY
-        ),
-    );
+    let why = format!("it belongs to user {}", NOBODY);
+    relays_refusing(&dir.socket(), &log, &why);
     let metadata = fs::metadata(&log).unwrap();
     assert_eq!(fs::read(&log).unwrap(), b"theirs\n");
     assert_eq!((metadata.uid(), metadata.mode() & 0o777), (NOBODY, 0o666));
@@ -517,19 +513,7 @@ fn a_hard_link_at_the_log_path_is_refused() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     let log = log_path(&dir);
     fs::hard_link(&victim, &log).unwrap();
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it has 2 hard links",
-            log.display()
-        ),
-    );
+    relays_refusing(&dir.socket(), &log, "it has 2 hard links");
     assert_eq!(fs::read(&victim).unwrap(), b"victim\n");
     assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
 }
@@ -543,11 +527,7 @@ fn a_directory_others_can_write_is_one_warning() {
         let dir = TempDir::new("log-dir", mode);
         echo_app(&dir.socket());
         let log = log_path(&dir);
-        let input = requests("a", 5);
-        let ran = run(
-            &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-            input.clone(),
-        );
+        let (ran, input) = run_logged(&dir.socket(), &log);
         assert!(ran.status.success(), "{}: {}", ran.status, ran.stderr);
         assert_eq!(ran.stdout, input);
         let warnings = log_warnings(&ran.stderr);
@@ -1053,23 +1033,19 @@ fn a_directory_link_another_user_can_re_point_is_refused() {
             .unwrap();
         }
         let log = link.join("traffic.log");
-        let input = requests("a", 5);
-        let ran = run(
-            &mut bridge_command(Command::new(BIN), &shared.socket(), &["--log", arg(&log)]),
-            input.clone(),
-        );
+        let (ran, input) = run_logged(&shared.socket(), &log);
         let case = format!("mode {:o}, link owner {:?}", mode, owner);
         if refused {
-            assert_relayed_with_one_warning(
-                &ran,
-                &input,
-                &format!(
-                    "mcp-bridge: refusing the traffic log '{}': '{}' on its path is a \
-                     symbolic link another user can re-point",
-                    log.display(),
-                    link.display()
-                ),
+            let why = format!(
+                "'{}' on its path is a symbolic link another user can re-point",
+                link.display()
             );
+            let warning = format!(
+                "mcp-bridge: refusing the traffic log '{}': {}",
+                log.display(),
+                why
+            );
+            assert_relayed_with_one_warning(&ran, &input, &warning);
             assert_eq!(fs::read(&victim).unwrap(), b"victim\n", "{}", case);
             assert_eq!(
                 fs::metadata(&victim).unwrap().mode() & 0o777,
