@@ -167,6 +167,8 @@ mod doc_examples {
     struct Bridge;
     #[doc = include_str!("../docs/bundling.md")]
     struct Bundling;
+    #[doc = include_str!("../docs/configure.md")]
+    struct Configure;
     #[doc = include_str!("../docs/doctor.md")]
     struct Doctor;
     #[doc = include_str!("../docs/handshake.md")]

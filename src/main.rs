@@ -101,7 +101,7 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
             ran.map_err(Into::into)
         }
         #[cfg(feature = "doctor")]
-        Command::Doctor(cli::Doctor { config, json }) => {
+        Command::Doctor { config, json } => {
             let report = doctor::run(&config);
             if json {
                 print(&format!("{}\n", report.to_json_text()))?;

@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{eventually, is_running, stops_running, within, HANG_GUARD};
+use support::{assert_reaped, eventually, is_running, stops_running, within, HANG_GUARD};
 
 use futures_lite::future;
 use futures_lite::io::Cursor;
@@ -16,7 +16,7 @@ use mcp_bridge::app_server::{
     shutdown_child, spawn_app_server, wait_for_response_line, write_json_line, AppServerClient,
     AppServerError, Inbox, Incoming, LineReader, RequestId, MAX_INCOMING_MEMORY, STDERR_TAIL_BYTES,
 };
-use rustix::process::{test_kill_process, Pid};
+use rustix::process::Pid;
 use serde_json::{json, Value};
 
 /// A shutdown grace for children that are expected to exit at end of input, so that a
@@ -53,16 +53,6 @@ async fn next_incoming(incoming: &Inbox) -> Incoming {
 /// Whether the incoming queue closes (after yielding nothing more) in good time.
 async fn closes(incoming: &Inbox) -> bool {
     within("closing", async { incoming.recv().await.is_err() }).await
-}
-
-fn assert_reaped(pid: u32) {
-    let pid = Pid::from_raw(pid as i32).expect("a child pid is positive");
-    assert_eq!(
-        test_kill_process(pid),
-        Err(rustix::io::Errno::SRCH),
-        "pid {:?} still exists (zombie or running)",
-        pid
-    );
 }
 
 /// This process's resident memory in KiB: `VmRSS` (now) or `VmHWM` (its peak).

@@ -3,14 +3,13 @@
 //! refuses us, an endpoint that is not a socket.
 #![cfg(unix)]
 
-mod bridge_host;
 mod support;
 
 use std::process::Stdio;
 
-use bridge_host::{Connection, Listener};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use smol::process::{Child, Command};
+use support::bridge_host::{Connection, Listener};
 use support::{eventually, within, TempDir, BIN};
 
 fn bridge(socket: &std::path::Path, stdin: Stdio) -> Command {

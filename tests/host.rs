@@ -444,22 +444,13 @@ fn another_user_cannot_open_the_socket() {
 
 // ---- Issue 21: binding at the descriptor limit, relative paths, symlinks ----
 
-/// Set (to the test's name) in a copy of this test binary that runs one test's body
-/// alone: for tests that change what the whole process shares, its descriptor limit
-/// or working directory, which would disturb every other test running beside them.
-const ALONE: &str = "MCPB_HOST_TEST_ALONE";
-
-/// Whether this process is the copy that runs test `name` alone.
-fn running_alone(name: &str) -> bool {
-    std::env::var(ALONE).map_or(false, |value| value == name)
-}
-
-/// A copy of this test binary that runs only the test `name`, with [`ALONE`] set;
-/// stdin and stderr piped, stdout collected by the caller.
+/// This test binary again, running only the test `name` as a helper
+/// ([`support::helper`]): for tests that change what the whole process
+/// shares, its descriptor limit or working directory, which would disturb
+/// every other test running beside them. Stdin and stderr piped, stdout
+/// collected by the caller.
 fn alone(name: &str) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(ALONE, name)
+    support::helper(name)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -578,7 +569,7 @@ fn emfile() -> i32 {
 #[test]
 fn the_descriptor_limit_leaves_no_litter_and_delays_without_dropping() {
     const NAME: &str = "the_descriptor_limit_leaves_no_litter_and_delays_without_dropping";
-    if running_alone(NAME) {
+    if support::is_helper(NAME) {
         return descriptor_limit_alone();
     }
     let mut child = alone(NAME);
@@ -701,7 +692,7 @@ fn descriptor_limit_alone() {
 #[test]
 fn a_relative_endpoint_is_removed_after_a_change_of_directory() {
     const NAME: &str = "a_relative_endpoint_is_removed_after_a_change_of_directory";
-    if !running_alone(NAME) {
+    if !support::is_helper(NAME) {
         let mut child = alone(NAME);
         let (_lines, stderr) = watch_stderr(&mut child);
         passed_alone(child, stderr);
@@ -746,7 +737,7 @@ fn an_endpoint_behind_a_retargeted_link_is_removed() {
 #[test]
 fn log_lines_go_to_the_apps_function_instead_of_stderr() {
     const NAME: &str = "log_lines_go_to_the_apps_function_instead_of_stderr";
-    if !running_alone(NAME) {
+    if !support::is_helper(NAME) {
         let mut child = alone(NAME);
         let (_lines, stderr) = watch_stderr(&mut child);
         let stderr = passed_alone(child, stderr);

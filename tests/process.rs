@@ -8,12 +8,12 @@ mod support;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{is_running, stops_running, within, HANG_GUARD};
+use support::{assert_reaped, is_running, stops_running, within, HANG_GUARD};
 
 use futures_lite::io::{AsyncBufReadExt, BufReader};
 use futures_lite::StreamExt;
 use mcp_bridge::process::{self, spawn_group, GroupChild};
-use rustix::process::{test_kill_process, Pid, Signal};
+use rustix::process::Signal;
 
 /// The grace when a step is expected to be ignored, so the test does not wait long.
 const SHORT_GRACE: Duration = Duration::from_millis(100);
@@ -32,17 +32,6 @@ async fn first_line(child: &mut GroupChild) -> String {
         .await
         .expect("a line")
         .expect("readable")
-}
-
-/// Our own child is reaped: its pid is gone, not even a zombie.
-fn assert_reaped(pid: u32) {
-    let pid = Pid::from_raw(pid as i32).expect("a child pid is positive");
-    assert_eq!(
-        test_kill_process(pid),
-        Err(rustix::io::Errno::SRCH),
-        "pid {:?} still exists (zombie or running)",
-        pid
-    );
 }
 
 /// A child that exits at end of input is reaped after the first step, never signalled.

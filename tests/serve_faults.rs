@@ -18,10 +18,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use rustix::process::Signal;
 use serde_json::Value;
-use smol::process::Command;
 
 use support::{
     bridge_command, exists, serve_program, wait_output, within, within_limit, Bridge, Serve,
@@ -412,32 +410,15 @@ fn raise_fd_limit(wanted: u64) {
 fn a_bridge_is_served_at_once(socket: &Path) {
     smol::block_on(async {
         let request = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-        let mut one_shot = Command::new(BIN)
-            .arg("mcp-server")
-            .arg("--endpoint")
-            .arg(socket)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut stdin = one_shot.stdin.take().unwrap();
-        stdin
-            .write_all(format!("{}\n", request).as_bytes())
-            .await
-            .unwrap();
-        drop(stdin);
-        let mut answer = String::new();
-        let mut stdout = one_shot.stdout.take().unwrap();
-        within("the one-shot bridge", stdout.read_to_string(&mut answer))
-            .await
-            .unwrap();
-        assert_eq!(
-            answer,
-            format!("{}\n", request),
-            "the one-shot was answered"
-        );
+        let mut one_shot =
+            Bridge::spawn(bridge_command(socket, "p", "one-shot").stderr(Stdio::null()));
+        one_shot.send(request).await;
+        drop(one_shot.stdin.take());
+        let mut answer = Vec::new();
+        while let Some(line) = one_shot.line().await {
+            answer.push(line);
+        }
+        assert_eq!(answer, [request], "the one-shot was answered");
 
         let mut bridge = spawn_bridge(socket, "real");
         for n in 0..10 {

@@ -245,42 +245,6 @@ fn records_are_one_line_whatever_the_message_holds() {
     }
 }
 
-/// The log never grows past its cap: at the cap it moves to `FILE.1`
-/// (replacing the one before), so exactly one old file is kept, and both
-/// hold whole records.
-#[test]
-fn rotation_at_the_cap_keeps_one_old_file() {
-    const CAP: u64 = 4000;
-    let dir = TempDir::new("log-rotate", 0o700);
-    let log = log_path(&dir);
-    let cap = CAP.to_string();
-    let mut serve = start_serve(
-        &dir.socket(),
-        &log,
-        &[("MCP_BRIDGE_LOG_MAX_BYTES", cap.as_str())],
-    );
-    let mut client = Client::connect(&dir.socket(), "r");
-    for n in 0..200 {
-        let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}}\n", n);
-        client.echo(line.as_bytes());
-    }
-    drop(client);
-    wait_for_record(&mut serve, &log, "ended");
-    assert_eq!(serve.stop(Signal::TERM).code(), Some(0));
-    assert_eq!(dir.entries(), ["traffic.log", "traffic.log.1"]);
-    let old = dir.0.join("traffic.log.1");
-    for path in [&log, &old] {
-        let size = fs::metadata(path).unwrap().len();
-        assert!(size <= CAP, "{} has {} bytes", path.display(), size);
-        // Every line is a whole record.
-        records(path);
-    }
-    assert!(records(&log)
-        .last()
-        .unwrap()
-        .starts_with("event exit code=0"));
-}
-
 /// A log that cannot be created (a read-only directory; for root, whom
 /// modes do not stop, a path through a regular file) is one warning on
 /// stderr, and serve relays all the same.
@@ -319,18 +283,6 @@ fn a_log_that_cannot_be_opened_does_not_stop_serve() {
     assert!(!log.exists());
 }
 
-/// The log holds the user's traffic: it is created owner-only whatever
-/// the umask.
-#[test]
-fn the_log_file_is_created_owner_only() {
-    let dir = TempDir::new("log-mode", 0o755);
-    let log = log_path(&dir);
-    let mut serve = start_serve(&dir.socket(), &log, &[]);
-    wait_for_record(&mut serve, &log, "event start");
-    let mode = fs::metadata(&log).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "mode {:o}", mode);
-}
-
 // ---------------------------------------------------------------------------
 // A log that cannot be turned against its user, through the bridge itself.
 
@@ -361,17 +313,7 @@ fn echo_app(socket: &Path) {
 /// binary, or a shell that runs it), with `log_args` added; stdin and
 /// stderr piped, stdout piped unless the caller sets it.
 fn bridge_command(mut command: Command, socket: &Path, log_args: &[&str]) -> Command {
-    command
-        .args([
-            "mcp-server",
-            "--no-reconnect",
-            "--project",
-            "p",
-            "--requester",
-            "r",
-        ])
-        .arg("--endpoint")
-        .arg(socket)
+    support::plain_relay(&mut command, socket, "r")
         .args(log_args)
         .env_remove("MCP_BRIDGE_LOG")
         .env_remove("MCP_BRIDGE_LOG_MAX_BYTES")
@@ -473,6 +415,26 @@ fn log_warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Five requests through a bridge to `socket` with `--log <log>`: what it
+/// did, and what it was sent.
+fn run_logged(socket: &Path, log: &Path) -> (Ran, Vec<u8>) {
+    let input = requests("a", 5);
+    let mut command = bridge_command(Command::new(BIN), socket, &["--log", arg(log)]);
+    (run(&mut command, input.clone()), input)
+}
+
+/// [`run_logged`]: the bridge relays all the same, and says once that it
+/// refuses the log, and `why`.
+fn relays_refusing(socket: &Path, log: &Path, why: &str) {
+    let (ran, input) = run_logged(socket, log);
+    let warning = format!(
+        "mcp-bridge: refusing the traffic log '{}': {}",
+        log.display(),
+        why
+    );
+    assert_relayed_with_one_warning(&ran, &input, &warning);
+}
+
 /// The bridge relayed every byte and nothing else, ended well, and said
 /// exactly one thing about the log: a line starting with `warning`.
 fn assert_relayed_with_one_warning(ran: &Ran, input: &[u8], warning: &str) {
@@ -508,19 +470,7 @@ fn a_symbolic_link_at_the_log_path_is_refused() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     let log = log_path(&dir);
     std::os::unix::fs::symlink(&victim, &log).unwrap();
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it is a symbolic link",
-            log.display()
-        ),
-    );
+    relays_refusing(&dir.socket(), &log, "it is a symbolic link");
     assert_eq!(fs::read(&victim).unwrap(), b"victim\n");
     assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
     assert!(fs::symlink_metadata(&log).unwrap().file_type().is_symlink());
@@ -545,20 +495,8 @@ fn another_users_file_at_the_log_path_is_refused() {
         .status()
         .unwrap();
     assert!(status.success());
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it belongs to user {}",
-            log.display(),
-            NOBODY
-        ),
-    );
+    let why = format!("it belongs to user {}", NOBODY);
+    relays_refusing(&dir.socket(), &log, &why);
     let metadata = fs::metadata(&log).unwrap();
     assert_eq!(fs::read(&log).unwrap(), b"theirs\n");
     assert_eq!((metadata.uid(), metadata.mode() & 0o777), (NOBODY, 0o666));
@@ -575,19 +513,7 @@ fn a_hard_link_at_the_log_path_is_refused() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     let log = log_path(&dir);
     fs::hard_link(&victim, &log).unwrap();
-    let input = requests("a", 5);
-    let ran = run(
-        &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-        input.clone(),
-    );
-    assert_relayed_with_one_warning(
-        &ran,
-        &input,
-        &format!(
-            "mcp-bridge: refusing the traffic log '{}': it has 2 hard links",
-            log.display()
-        ),
-    );
+    relays_refusing(&dir.socket(), &log, "it has 2 hard links");
     assert_eq!(fs::read(&victim).unwrap(), b"victim\n");
     assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
 }
@@ -601,11 +527,7 @@ fn a_directory_others_can_write_is_one_warning() {
         let dir = TempDir::new("log-dir", mode);
         echo_app(&dir.socket());
         let log = log_path(&dir);
-        let input = requests("a", 5);
-        let ran = run(
-            &mut bridge_command(Command::new(BIN), &dir.socket(), &["--log", arg(&log)]),
-            input.clone(),
-        );
+        let (ran, input) = run_logged(&dir.socket(), &log);
         assert!(ran.status.success(), "{}: {}", ran.status, ran.stderr);
         assert_eq!(ran.stdout, input);
         let warnings = log_warnings(&ran.stderr);
@@ -1111,23 +1033,19 @@ fn a_directory_link_another_user_can_re_point_is_refused() {
             .unwrap();
         }
         let log = link.join("traffic.log");
-        let input = requests("a", 5);
-        let ran = run(
-            &mut bridge_command(Command::new(BIN), &shared.socket(), &["--log", arg(&log)]),
-            input.clone(),
-        );
+        let (ran, input) = run_logged(&shared.socket(), &log);
         let case = format!("mode {:o}, link owner {:?}", mode, owner);
         if refused {
-            assert_relayed_with_one_warning(
-                &ran,
-                &input,
-                &format!(
-                    "mcp-bridge: refusing the traffic log '{}': '{}' on its path is a \
-                     symbolic link another user can re-point",
-                    log.display(),
-                    link.display()
-                ),
+            let why = format!(
+                "'{}' on its path is a symbolic link another user can re-point",
+                link.display()
             );
+            let warning = format!(
+                "mcp-bridge: refusing the traffic log '{}': {}",
+                log.display(),
+                why
+            );
+            assert_relayed_with_one_warning(&ran, &input, &warning);
             assert_eq!(fs::read(&victim).unwrap(), b"victim\n", "{}", case);
             assert_eq!(
                 fs::metadata(&victim).unwrap().mode() & 0o777,

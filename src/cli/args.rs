@@ -1,9 +1,8 @@
-//! A lexopt-shaped scanner of command-line arguments: it tells options
-//! (`-x`, `--name`, `--name=value`) from words, hands out an option's value
-//! on request (inline after `=`, or the next argument, which may start with
-//! a dash), and turns the usual mistakes into one-line [`UsageError`]s. It
-//! knows no option names: each subcommand's loop in `mod.rs` has one arm
-//! per option, so an option can never be parsed by another's code.
+//! A lexopt-shaped scanner of arguments: it tells options (`-x`, `--name`,
+//! `--name=value`) from words, hands out an option's value on request
+//! (inline after `=`, or the next argument, even one starting with a dash),
+//! and turns the usual mistakes into one-line [`UsageError`]s. It knows no
+//! option names: `mod.rs` has one arm per option.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
@@ -104,8 +103,7 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
 
     /// A number of seconds, more than 0 and at most [`MAX_SECONDS`].
     pub(super) fn seconds(&mut self, name: &str) -> Result<Duration, UsageError> {
-        let value = self.value(name)?;
-        let text = value.to_string_lossy();
+        let text = self.value(name)?.to_string_lossy().into_owned();
         // A sign is read so that `-1` is out of range rather than not a number.
         let trimmed = text.trim();
         let (negative, unsigned) = match trimmed.strip_prefix('-') {
@@ -142,8 +140,7 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
     /// A whole number from 1 to [`MAX_MAX_CONNECTIONS`].
     #[cfg(feature = "serve")]
     pub(super) fn count(&mut self, name: &str) -> Result<usize, UsageError> {
-        let value = self.value(name)?;
-        let text = value.to_string_lossy();
+        let text = self.value(name)?.to_string_lossy().into_owned();
         match text.parse::<usize>() {
             Ok(n) if (1..=MAX_MAX_CONNECTIONS).contains(&n) => Ok(n),
             _ => Err(UsageError(format!(
@@ -166,26 +163,18 @@ impl<I: Iterator<Item = OsString>> Parser<I> {
 /// kilobytes) in the bridge-only build. Digits past the nanosecond are
 /// dropped; `None` for anything else, or more seconds than a `u64` holds.
 pub(super) fn decimal_seconds(text: &str) -> Option<Duration> {
-    let (whole, fraction) = match text.find('.') {
-        Some(dot) => (&text[..dot], &text[dot + 1..]),
-        None => (text, ""),
-    };
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digit = |b: &u8| (*b as char).to_digit(10);
+    if (whole.is_empty() && fraction.is_empty()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let mut secs: u64 = 0;
-    for b in whole.bytes() {
-        secs = secs.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    for b in whole.as_bytes() {
+        secs = secs.checked_mul(10)?.checked_add(u64::from(digit(b)?))?;
     }
-    let mut nanos: u32 = 0;
-    for (i, b) in fraction.bytes().enumerate() {
-        if i < 9 {
-            nanos = nanos * 10 + u32::from(b - b'0');
-        }
-    }
-    for _ in fraction.len()..9 {
-        nanos *= 10;
+    let mut nanos = 0;
+    for i in 0..9 {
+        nanos = nanos * 10 + fraction.as_bytes().get(i).map_or(Some(0), digit)?;
     }
     Some(Duration::new(secs, nanos))
 }
@@ -228,25 +217,26 @@ pub(super) fn endpoint_or_app(
 #[cfg(unix)]
 fn split_at_equals(arg: &OsStr) -> (OsString, Option<OsString>) {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    let bytes = arg.as_bytes();
-    match bytes.iter().position(|&b| b == b'=') {
-        Some(i) => (
-            OsString::from_vec(bytes[..i].to_vec()),
-            Some(OsString::from_vec(bytes[i + 1..].to_vec())),
-        ),
-        None => (arg.to_os_string(), None),
-    }
+    split_units(arg.as_bytes(), b'=', |units| {
+        OsString::from_vec(units.to_vec())
+    })
 }
 
 #[cfg(windows)]
 fn split_at_equals(arg: &OsStr) -> (OsString, Option<OsString>) {
     use std::os::windows::ffi::{OsStrExt, OsStringExt};
     let wide: Vec<u16> = arg.encode_wide().collect();
-    match wide.iter().position(|&c| c == u16::from(b'=')) {
-        Some(i) => (
-            OsString::from_wide(&wide[..i]),
-            Some(OsString::from_wide(&wide[i + 1..])),
-        ),
-        None => (arg.to_os_string(), None),
+    split_units(&wide, u16::from(b'='), OsString::from_wide)
+}
+
+/// `units` split at the first `equals`, each side made a string by `make`.
+fn split_units<T: PartialEq>(
+    units: &[T],
+    equals: T,
+    make: impl Fn(&[T]) -> OsString,
+) -> (OsString, Option<OsString>) {
+    match units.iter().position(|unit| *unit == equals) {
+        Some(i) => (make(&units[..i]), Some(make(&units[i + 1..]))),
+        None => (make(units), None),
     }
 }

@@ -219,7 +219,7 @@ fn app_names_the_endpoint_for_every_command() {
     }
     #[cfg(feature = "doctor")]
     match parse_strs(&["doctor", "--app", "myapp", "--requester=r"]) {
-        Ok(Command::Doctor(Doctor { config, .. })) => {
+        Ok(Command::Doctor { config, .. }) => {
             assert_eq!(config.endpoint, endpoint);
             assert_eq!(config.app.as_deref(), Some("myapp"));
             assert_eq!(config.handshake, Handshake::new("", "r"));
@@ -356,7 +356,7 @@ fn doctor_options() {
     #[rustfmt::skip]
     let parsed = parse_strs(&["doctor", "--endpoint", "/s.sock", "--project=p", "--requester", "r", "--json", "--timeout", "2.5"]);
     match parsed {
-        Ok(Command::Doctor(Doctor { config, json })) => {
+        Ok(Command::Doctor { config, json }) => {
             assert_eq!(config.endpoint, PathBuf::from("/s.sock"));
             assert_eq!(config.handshake.project, "p");
             assert_eq!(config.handshake.requester, "r");
@@ -366,7 +366,7 @@ fn doctor_options() {
         other => panic!("{:?}", other),
     }
     match parse_strs(&["doctor", "--endpoint=/x"]) {
-        Ok(Command::Doctor(Doctor { config, json })) => {
+        Ok(Command::Doctor { config, json }) => {
             assert_eq!(config, doctor::Config::new("/x"));
             assert!(!json);
         }
@@ -391,7 +391,7 @@ fn doctor_takes_every_mcp_server_option() {
         "--cache-dir", "/tmp/cache"];
     let bridge = bridge(&line);
     let doctor = |line: &[&str]| match parse_strs(&[&["doctor"], line].concat()) {
-        Ok(Command::Doctor(Doctor { config, .. })) => config,
+        Ok(Command::Doctor { config, .. }) => config,
         other => panic!("expected doctor, got {:?}", other),
     };
     let config = doctor(&line);
@@ -416,7 +416,7 @@ fn doctor_takes_every_mcp_server_option() {
         Some(OsString::from("/tmp/env.log")),
         told,
     ) {
-        Ok(Command::Doctor(Doctor { config, .. })) => config.log,
+        Ok(Command::Doctor { config, .. }) => config.log,
         other => panic!("expected doctor, got {:?}", other),
     };
     assert_eq!(

@@ -12,8 +12,9 @@
 //! (The layout and the escaping are in `record.rs`: UTC timestamps with
 //! microseconds, one line per record whatever the message holds.)
 //!
-//! Logging must never cost the relay more than a copy, whatever the disk
-//! does, and must never fill it:
+//! Logging must never cost the relay more than a copy (and, for a request
+//! from the CLI with a `_meta`, one parse of it, for its caller), whatever
+//! the disk does, and must never fill it:
 //!
 //! - **Never blocks the relay.** Recording a message appends one formatted
 //!   line to an in-memory queue under a lock held for that copy. One
@@ -500,10 +501,10 @@ impl TrafficLog {
     }
 }
 
-/// A request whose caller its `params._meta` may name (see `caller.rs`),
-/// parsed: if the record keeps the whole request and it has a `_meta` at
-/// all; only then is it parsed, once, on the relay's thread. Requests are small (a
-/// tool's arguments); the results that can be large go the other way.
+/// A request whose `params._meta` may name its caller (see `caller.rs`),
+/// parsed: only if the record keeps the whole request and it has a `_meta`
+/// at all, once, on the relay's thread. Requests are small (a tool's
+/// arguments); the results that can be large go the other way.
 fn request_of(shown: &[u8], len: u64) -> Option<serde_json::Value> {
     if shown.len() as u64 != len || !shown.windows(7).any(|w| w == b"\"_meta\"") {
         return None;

@@ -549,36 +549,6 @@ mod tests {
         write_message(out, micros, direction, conn, &message);
     }
 
-    /// A request's caller: `caller=` and the ids it names, each escaped
-    /// as a field, between the method and the length.
-    #[test]
-    fn a_request_names_its_caller() {
-        let mut out = Vec::new();
-        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#;
-        let caller = Caller {
-            client: "codex",
-            session: Some("s-1"),
-            conversation: Some("thread 2"),
-            call: None,
-        };
-        let message = Message {
-            envelope: &envelope(Kind::Request, Some(b"1"), Some("tools/call")),
-            caller: Some(&caller),
-            shown: request,
-            len: request.len() as u64,
-        };
-        write_message(&mut out, 0, Direction::CliToApp, None, &message);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            format!(
-                "1970-01-01T00:00:00.000000Z cli->app request id=1 method=tools/call caller=codex \
-                 session=s-1 conversation=thread\\x202 len={} {}\n",
-                request.len(),
-                String::from_utf8_lossy(request)
-            )
-        );
-    }
-
     #[test]
     fn message_records_name_their_fields() {
         let mut out = Vec::new();

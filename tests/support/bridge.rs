@@ -27,6 +27,21 @@ pub fn bridge_command(socket: &Path, project: &str, requester: &str) -> Command 
     command
 }
 
+/// Adds to `command` (the bridge, or a program that runs it) the line of a
+/// plain relay to `socket` as project `p` and `requester`: `mcp-server
+/// --no-reconnect`, which exits when hung up on instead of answering
+/// requests with the reason until stdin closes.
+pub fn plain_relay<'a>(
+    command: &'a mut std::process::Command,
+    socket: &Path,
+    requester: &str,
+) -> &'a mut std::process::Command {
+    command
+        .args(["mcp-server", "--no-reconnect", "--endpoint"])
+        .arg(socket)
+        .args(["--project", "p", "--requester", requester])
+}
+
 /// A running bridge, its stdin and stdout piped, killed if the test ends
 /// before it exits.
 pub struct Bridge {

@@ -1,8 +1,9 @@
 //! A recording listener: a Unix socket server that accepts, never answers,
 //! and records every byte any client sends, run as any user.
 //!
-//! The listener is the calling test binary itself, re-run so that one of
-//! its tests plays the listener (see [`listener_role`]), so the suite needs
+//! The listener is the calling test binary itself, re-run as a helper
+//! ([`as_helper`]) so that one of its tests plays the listener (see
+//! [`listener_role`]), so the suite needs
 //! nothing cargo did not build: not socat, nor any other tool a fresh
 //! machine lacks. A test binary rather than a helper program, because a
 //! `[[bin]]` would ship in every install and an example is not built by
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 
-use super::{foreign_command, wait_output, TempDir, HANG_GUARD, NOBODY};
+use super::{as_helper, foreign_command, wait_output, TempDir, HANG_GUARD, NOBODY};
 
 /// Set (to the socket path) when a test binary runs as the recording
 /// listener; see [`listener_role`].
@@ -123,8 +124,7 @@ impl RecordingListener {
             assert_eq!(uid, NOBODY, "support runs other users' programs as NOBODY");
             foreign_command(dir, &this)
         };
-        let mut child = command
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        let mut child = as_helper(&mut command, test)
             .env(LISTEN_SOCKET, socket)
             .env(LISTEN_RECORD, record)
             .stdin(Stdio::piped())

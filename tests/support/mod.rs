@@ -1,8 +1,11 @@
 //! Helpers shared by the integration tests (each test file includes this
 //! module and uses only part of it): one hang guard ([`HANG_GUARD`], with
 //! [`within`]), one way to wait for something ([`until`], [`eventually`],
-//! [`wait_exit`]), the bridge as a CLI spawns it (`bridge.rs`), and
-//! `mcp-bridge serve` (`serve.rs`, with the `serve` feature).
+//! [`wait_exit`]), one way to run the test binary again as a helper
+//! process ([`helper`]), the bridge as a CLI spawns it (`bridge.rs`), an
+//! app's side and the scripted MCP host on it (`bridge_host.rs`,
+//! `scripted.rs`), and `mcp-bridge serve` (`serve.rs`, with the `serve`
+//! feature).
 //!
 //! This file and `bridge.rs` are platform-neutral, so any test file can
 //! include them; what only Unix has (temporary directories with modes,
@@ -19,8 +22,13 @@ use async_io::Timer;
 use futures_lite::future;
 
 mod bridge;
+// An app's side written in the tests, and the scripted MCP host on it.
+#[cfg(unix)]
+pub mod bridge_host;
 #[cfg(unix)]
 mod listener;
+#[cfg(unix)]
+pub mod scripted;
 #[cfg(all(unix, feature = "serve"))]
 mod serve;
 #[cfg(unix)]
@@ -49,6 +57,36 @@ pub const BIN_ENV: &str = "MCP_BRIDGE_TEST_BIN";
 /// [`BIN_ENV`] names.
 pub fn bin() -> std::path::PathBuf {
     std::env::var_os(BIN_ENV).map_or_else(|| BIN.into(), Into::into)
+}
+
+/// Set (to the test's name) in a helper process: this test binary run
+/// again with only that test ([`helper`]).
+const HELPER_ENV: &str = "MCP_BRIDGE_TEST_HELPER";
+
+/// The one way a test runs this test binary again as a helper process: with
+/// only the test `test`, alone, output not captured, and [`is_helper`]
+/// true in it. The caller adds the helper's parameters and its pipes.
+pub fn helper(test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    as_helper(&mut command, test);
+    command
+}
+
+/// Makes `command`, which runs this test binary (or a copy of it), run
+/// only the test `test` as a helper (see [`helper`]).
+pub fn as_helper<'a>(
+    command: &'a mut std::process::Command,
+    test: &str,
+) -> &'a mut std::process::Command {
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(HELPER_ENV, test)
+}
+
+/// Whether this process is the helper that runs the test `test`, rather
+/// than the test itself.
+pub fn is_helper(test: &str) -> bool {
+    std::env::var_os(HELPER_ENV).map_or(false, |value| value == test)
 }
 
 /// How long a test waits for something that should happen before calling it

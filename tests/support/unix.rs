@@ -108,19 +108,7 @@ pub fn foreign_command(dir: &TempDir, program: &Path) -> Command {
 /// it).
 pub fn spawn_foreign_bridge(dir: &TempDir, socket: &Path) -> smol::process::Child {
     let mut command = foreign_bridge(dir);
-    command
-        // The plain relay: it exits when hung up on, instead of answering
-        // requests with the reason until stdin closes.
-        .args([
-            "mcp-server",
-            "--no-reconnect",
-            "--project",
-            "p",
-            "--requester",
-            "intruder",
-        ])
-        .arg("--endpoint")
-        .arg(socket);
+    super::plain_relay(&mut command, socket, "intruder");
     // Stdio set on the smol command: it does not carry std's settings over.
     smol::process::Command::from(command)
         .stdin(Stdio::piped())
@@ -168,6 +156,17 @@ pub fn is_running(pid: u32) -> bool {
 /// within [`HANG_GUARD`](super::HANG_GUARD).
 pub async fn stops_running(pid: u32) {
     super::eventually("a process to stop", || !is_running(pid)).await
+}
+
+/// Our own child `pid` is reaped: its pid is gone, not even a zombie.
+pub fn assert_reaped(pid: u32) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a child pid is positive");
+    assert_eq!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH),
+        "pid {:?} still exists (zombie or running)",
+        pid
+    );
 }
 
 /// Whether process `pid` exists, a zombie included: a child its parent has

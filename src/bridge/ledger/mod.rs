@@ -734,7 +734,8 @@ impl Ledger {
                 self.whole_wanted = self.whole_wanted.saturating_sub(1);
                 if let Some(text) = &sent.text {
                     let answered = envelope.kind == Kind::Response;
-                    self.cache.learn(text, if answered { result() } else { None });
+                    self.cache
+                        .learn(text, if answered { result() } else { None });
                 }
             }
             if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
