@@ -494,10 +494,13 @@ where
                     reason: format!(
                         "{} (gave up {}s after the hang-up)",
                         reason,
-                        outage
+                        // Rounded: the deadline was set a moment after the hang-up.
+                        (outage
                             .deadline
                             .saturating_duration_since(outage.since)
-                            .as_secs()
+                            .as_millis()
+                            + 500)
+                            / 1000
                     ),
                 };
                 let why = if outage.rejected {
