@@ -38,10 +38,18 @@ FULL_TARGET=800000
 # stdio by descriptor (no std Stdin/Stdout/Stderr handles on Unix): 471,080
 # and 857,856; demo's JSON parsed from its own text instead of built with
 # json!: full 852,176; helper threads on 64 KiB stacks, the hang-up
-# watcher without a Vec per poll: 469,752 and 851,088. The ceilings are the last
-# figures, rounded up to the next thousand.
-BRIDGE_ONLY_LIMIT=470000
-FULL_LIMIT=852000
+# watcher without a Vec per poll: 469,752 and 851,088. Then issues 35-37
+# landed beside them (still below the ceilings this session began with,
+# 506,000 and 896,000): the answers cache's rules (one file per answer,
+# who served it, the lists; +~0.7 KB and +4.3 KB), the session engine's
+# promises (ids as JSON values without float parsing, questions mapped
+# under stale ids, batches followed past the hold limit, silence told from
+# refusal; about +14 KB bridge-only), the caller per request (-0.5 KB with
+# the one option parser), and BridgeError's Debug as its Display (-3.9 KB):
+# 480,520 and 866,952. The ceilings are the last figures, rounded up to
+# the next thousand.
+BRIDGE_ONLY_LIMIT=481000
+FULL_LIMIT=867000
 
 # The combinations: the bridge alone, each feature alone on top of it
 # (what a bundler adds one at a time), the bridge with its log, an app's
@@ -61,7 +69,7 @@ COMBINATIONS=(
 
 # The tests that are the bridge's own: each must pass against the
 # bridge-only binary as against the full one.
-BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test sessions --test trust --test stdio_kinds --test app_name)
+BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test sessions --test trust --test stdio_kinds --test app_name --test cache)
 
 # Builds one release binary with `features` (word-split on purpose) and
 # checks its size against the ceiling `limit`; prints the size and how far

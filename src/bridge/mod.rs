@@ -167,7 +167,6 @@ impl Config {
 /// Like every error in this crate, its Display text describes this layer
 /// and `source()` returns the cause, so print the whole chain (the binary
 /// joins it with `": "`, see [`crate::error_chain`]).
-#[derive(Debug)]
 pub enum BridgeError {
     /// Opening this process's stdin or stdout failed.
     Stdio(io::Error),
@@ -215,6 +214,15 @@ pub enum BridgeError {
         /// The write error.
         source: io::Error,
     },
+}
+
+/// Debug is the Display text: a derived Debug of every variant and its
+/// sources is 3.9 KB of the bridge-only build, for a text no user reads
+/// (the binary prints the Display chain).
+impl fmt::Debug for BridgeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl fmt::Display for BridgeError {

@@ -82,8 +82,9 @@ pub(in crate::bridge) struct Sent {
 }
 
 impl Sent {
+    /// What it keeps: its key `id`, its raw id and its line.
     fn bytes(&self, id: &[u8]) -> usize {
-        id.len() + self.text.as_ref().map_or(0, |t| t.line.len())
+        id.len() + self.raw.len() + self.text.as_ref().map_or(0, |t| t.line.len())
     }
 }
 
