@@ -42,25 +42,20 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-pub use answer::Reason;
+pub use answer::{Reason, ERROR_CODE};
 pub use cache::{
     default_dir as default_cache_dir, FILE_LIMIT as CACHE_FILE_LIMIT,
     VALUE_LIMIT as CACHE_VALUE_LIMIT,
 };
-pub use outage::{CRASH_LOOP_LIMIT, FIRST_PAUSE, LOOK_INTERVAL, PAUSE_CAP, STAYED_UP};
+pub use outage::{
+    CRASH_LOOP_LIMIT, FIRST_PAUSE, LOOK_INTERVAL, PAUSE_CAP, RESUME_REPLY_TIMEOUT, STAYED_UP,
+};
 
 use crate::endpoint::{self, ConnectError, Reader, ServerUser, Writer};
 use crate::handshake::Handshake;
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio;
 use crate::traffic_log::{LogOptions, TrafficLog};
-
-/// The JSON-RPC error code of every error response the crate writes itself
-/// (the bridge's answers, the host's refusal line): the first of the
-/// "server error" range JSON-RPC reserves for the implementation, which
-/// MCP CLIs show as `MCP error -32000: <message>`. The one definition of
-/// `-32000`; the host re-exports it as `host::REFUSAL_CODE`.
-pub const ERROR_CODE: i64 = -32000;
 
 /// Most bytes of client messages held while the app is away. A client
 /// sends a handful of small requests while it waits for a reply; more than
@@ -70,12 +65,6 @@ pub const HOLD_LIMIT: usize = 1024 * 1024;
 /// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
 /// it is followed, so that each request in it can be answered.
 const BATCH_LIMIT: usize = HOLD_LIMIT;
-
-/// How long the same app process (a dying listener, most likely) has to
-/// answer the replayed session before the attempt counts as failed. A new
-/// instance (another process behind the endpoint) has the rest of
-/// `--reconnect-timeout`: an app that starts slowly is waited for.
-pub const RESUME_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough

@@ -31,6 +31,12 @@
 
 use std::time::{Duration, Instant};
 
+/// How long the same app process (a dying listener, most likely) has to
+/// answer the replayed session before the attempt counts as failed. A new
+/// instance (another process behind the endpoint) has the rest of
+/// `--reconnect-timeout`: an app that starts slowly is waited for.
+pub const RESUME_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a resumed instance must keep the connection, when it answers
 /// nothing, to count as serving.
 pub const STAYED_UP: Duration = Duration::from_secs(2);
@@ -72,7 +78,7 @@ pub(super) struct Bounds {
 impl Default for Bounds {
     fn default() -> Self {
         Bounds {
-            reply_timeout: super::RESUME_REPLY_TIMEOUT,
+            reply_timeout: RESUME_REPLY_TIMEOUT,
             stayed_up: STAYED_UP,
             first_pause: FIRST_PAUSE,
             pause_cap: PAUSE_CAP,
