@@ -108,14 +108,13 @@ impl Answer {
     /// The error response line for the request `raw_id` (`null` for one
     /// whose id could not be kept).
     pub(super) fn to(&self, raw_id: &[u8]) -> Vec<u8> {
+        self.line(raw_id, ERROR_CODE)
+    }
+
+    /// The error response line for `raw_id` with `code`.
+    fn line(&self, raw_id: &[u8], code: i64) -> Vec<u8> {
         let mut line = Vec::with_capacity(96 + raw_id.len() + self.message.len() + self.data.len());
-        push_error_response(
-            &mut line,
-            raw_id,
-            ERROR_CODE,
-            &self.message,
-            Some(&self.data),
-        );
+        push_error_response(&mut line, raw_id, code, &self.message, Some(&self.data));
         line.push(b'\n');
         line
     }
@@ -136,22 +135,13 @@ const METHOD_NOT_FOUND: i64 = -32601;
 /// `initialize` (servers built on rmcp before 3 do): the app is of the
 /// legacy era, and the client's `initialize` goes to it next.
 pub(super) fn not_modern(raw_id: &[u8], endpoint: &Path) -> Vec<u8> {
-    let answer = Answer::new(
+    Answer::new(
         Reason::LegacyApp,
         "server/discover is not supported: the app closed the connection on it (a server of the \
          legacy era; mcp-bridge answers for it, and initialize goes to a new connection)",
         endpoint,
-    );
-    let mut line = Vec::with_capacity(256);
-    push_error_response(
-        &mut line,
-        raw_id,
-        METHOD_NOT_FOUND,
-        &answer.message,
-        Some(&answer.data),
-    );
-    line.push(b'\n');
-    line
+    )
+    .line(raw_id, METHOD_NOT_FOUND)
 }
 
 /// A successful response with `raw_result` (JSON, as the app once wrote

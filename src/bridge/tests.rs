@@ -1456,3 +1456,39 @@ fn a_request_whose_id_is_too_long_to_echo_is_answered_with_a_null_id() {
     );
     ended_well(ended, ());
 }
+
+#[test]
+fn a_probe_a_legacy_app_hangs_up_on_is_answered_and_initialize_goes_on() {
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.app().await;
+            let meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+            h.send(
+                json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":meta}}),
+            )
+            .await;
+            assert_eq!(app.line().await["method"], "server/discover");
+            // A server built on rmcp before 3 ends the session here.
+            drop(app);
+            let answer = h.line().await;
+            assert_eq!(answer["id"], 1, "{}", answer);
+            assert_eq!(answer["error"]["code"], -32601, "{}", answer);
+            assert_eq!(reason(&answer), "legacy_app");
+            // The fallback goes to the app on a new connection; the probe
+            // is never sent again.
+            h.send(initialize(2, "dual-era")).await;
+            let mut app = h.app().await;
+            let first = app.line().await;
+            assert_eq!(first["method"], "initialize", "{}", first);
+            app.send(json!({"jsonrpc":"2.0","id":first["id"],"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"legacy","version":"1"}}}))
+                .await;
+            let answer = h.line().await;
+            assert_eq!(answer["id"], 2, "{}", answer);
+            assert!(answer.get("result").is_some(), "{}", answer);
+            h.finish().await;
+        },
+    );
+    ended_well(ended, ());
+}
