@@ -120,7 +120,7 @@ pub(super) fn taken_back(ledger: &mut Ledger, result: &[u8], log: Option<&Traffi
         ledger.record.by_bridge = false;
     }
     if let Some(asked) = &ledger.record.initialize {
-        ledger.cache.learn(asked, Some(result));
+        ledger.cache.learn(&asked.line, Some(result));
     }
     if let Some(log) = log {
         log.event(format_args!(

@@ -66,7 +66,6 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::ledger::Recorded;
 use crate::endpoint::ServerUser;
 use crate::envelope::json::member;
 use crate::traffic_log::TrafficLog;
@@ -167,7 +166,7 @@ impl Cache {
     /// The result to answer `request` with while the app is away (its
     /// `ttlMs` made 0), if an entry matches it and its server would be
     /// trusted by this bridge now.
-    pub(in crate::bridge) fn answer(&mut self, request: &Recorded) -> Option<Vec<u8>> {
+    pub(in crate::bridge) fn answer(&mut self, request: &[u8]) -> Option<Vec<u8>> {
         let key = key(&self.base, request)?;
         let name = file_name(&key);
         let text = match self.dir(false)?.read(&name, file_limit(&key)) {
@@ -194,7 +193,7 @@ impl Cache {
             self.pass_over(&name, &server, untrusted);
             return None;
         }
-        let method = member(&request.line, "method").unwrap_or(b"");
+        let method = member(request, "method").unwrap_or(b"");
         let said = format!(
             "answered {} from the answers cache (the app's last answer, served by {}) while the \
              app is away",
@@ -214,7 +213,7 @@ impl Cache {
     /// The app answered `request` with `result` (none: an error, or a
     /// result too long to read whole): keeps it, or removes the older
     /// answer it replaces.
-    pub(in crate::bridge) fn learn(&mut self, request: &Recorded, result: Option<&[u8]>) {
+    pub(in crate::bridge) fn learn(&mut self, request: &[u8], result: Option<&[u8]>) {
         let key = match key(&self.base, request) {
             Some(key) => key,
             None => return,
@@ -294,13 +293,13 @@ impl Cache {
 /// 2026-07-28 protocol version; `None` for a request the cache does not
 /// keep. The parts are raw JSON, apart by a NUL, which neither a path, an
 /// argument nor a JSON text holds.
-fn key(base: &[u8], request: &Recorded) -> Option<Vec<u8>> {
-    let params = member(&request.line, "params").unwrap_or(b"{}");
+fn key(base: &[u8], request: &[u8]) -> Option<Vec<u8>> {
+    let params = member(request, "params").unwrap_or(b"{}");
     let param = |name| member(params, name);
     if param("inputResponses").is_some() || param("requestState").is_some() {
         return None;
     }
-    let method = member(&request.line, "method")?;
+    let method = member(request, "method")?;
     let picks: &[u8] = if method == b"\"initialize\"" {
         param("protocolVersion")?
     } else if method == b"\"server/discover\"" {

@@ -12,11 +12,11 @@ fn dir() -> PathBuf {
     dir
 }
 
-fn request(line: &str) -> Recorded {
-    Recorded::plain(line.as_bytes().to_vec())
+fn request(line: &str) -> Vec<u8> {
+    line.as_bytes().to_vec()
 }
 
-fn initialize(version: &str) -> Recorded {
+fn initialize(version: &str) -> Vec<u8> {
     request(&format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"{}"}}}}"#,
         version

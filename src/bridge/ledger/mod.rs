@@ -442,7 +442,7 @@ impl Ledger {
         if !self.app_absent {
             return false;
         }
-        let result = match text.as_ref().and_then(|text| self.cache.answer(text)) {
+        let result = match text.as_ref().and_then(|text| self.cache.answer(&text.line)) {
             Some(result) => result,
             None => return false,
         };
@@ -735,7 +735,7 @@ impl Ledger {
                 if let Some(text) = &sent.text {
                     let answered = envelope.kind == Kind::Response;
                     self.cache
-                        .learn(text, if answered { result() } else { None });
+                        .learn(&text.line, if answered { result() } else { None });
                 }
             }
             if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
