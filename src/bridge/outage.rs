@@ -213,8 +213,7 @@ impl History {
 mod tests {
     use super::*;
 
-    fn ended(instance: u64, answered: bool, lasted_ms: u64, heard: u64) -> Ended {
-        let _ = instance;
+    fn ended(answered: bool, lasted_ms: u64, heard: u64) -> Ended {
         Ended {
             answered,
             lasted: Duration::from_millis(lasted_ms),
@@ -227,8 +226,8 @@ mod tests {
     #[test]
     fn a_hot_reload_is_never_a_crash_loop() {
         let (mut history, bounds) = (History::default(), Bounds::default());
-        for n in 0..1000 {
-            let meaning = history.hung_up(&ended(n, true, 3000, 100), &bounds);
+        for _ in 0..1000 {
+            let meaning = history.hung_up(&ended(true, 3000, 100), &bounds);
             assert_eq!(meaning, Meaning::Restart { new: true });
         }
     }
@@ -236,12 +235,12 @@ mod tests {
     #[test]
     fn instances_that_die_before_they_serve_are_a_crash_loop() {
         let (mut history, bounds) = (History::default(), Bounds::default());
-        history.hung_up(&ended(0, true, 10, 100), &bounds);
-        for n in 1..=CRASH_LOOP_LIMIT as u64 {
-            let meaning = history.hung_up(&ended(n, false, 10, 50), &bounds);
+        history.hung_up(&ended(true, 10, 100), &bounds);
+        for n in 1..=CRASH_LOOP_LIMIT {
+            let meaning = history.hung_up(&ended(false, 10, 50), &bounds);
             assert_eq!(meaning, Meaning::Restart { new: false }, "{}", n);
         }
-        let meaning = history.hung_up(&ended(99, false, 10, 50), &bounds);
+        let meaning = history.hung_up(&ended(false, 10, 50), &bounds);
         assert_eq!(meaning, Meaning::CrashLoop(CRASH_LOOP_LIMIT + 1));
     }
 
@@ -249,17 +248,17 @@ mod tests {
     fn silence_is_not_a_refusal_nor_a_crash_loop() {
         let (mut history, bounds) = (History::default(), Bounds::default());
         assert_eq!(
-            history.hung_up(&ended(7, false, 5, 0), &bounds),
+            history.hung_up(&ended(false, 5, 0), &bounds),
             Meaning::Silent { new: true }
         );
         for _ in 0..(3 * CRASH_LOOP_LIMIT) {
             assert_eq!(
-                history.hung_up(&ended(7, false, 5, 0), &bounds),
+                history.hung_up(&ended(false, 5, 0), &bounds),
                 Meaning::Silent { new: false }
             );
         }
         // A refusal line is a refusal.
-        let mut refusal = ended(7, false, 5, 40);
+        let mut refusal = ended(false, 5, 40);
         refusal.refusal = Some("no".into());
         assert_eq!(
             history.hung_up(&refusal, &bounds),
@@ -267,8 +266,8 @@ mod tests {
         );
         // A probe hung up on counts towards nothing.
         let mut history = History::default();
-        for n in 0..(3 * CRASH_LOOP_LIMIT as u64) {
-            let mut probed = ended(n, false, 5, 0);
+        for _ in 0..(3 * CRASH_LOOP_LIMIT) {
+            let mut probed = ended(false, 5, 0);
             probed.probed = true;
             assert!(matches!(
                 history.hung_up(&probed, &bounds),
