@@ -30,6 +30,7 @@ use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 mod answer;
+mod answers;
 mod app;
 mod cache;
 mod client;
@@ -362,7 +363,11 @@ where
     {
         Box::pin(plain::run(config, connector, stdin, stdout, hangups, log))
     } else {
-        Box::pin(session::Session::new(config, connector, stdin, stdout, hangups, log).run())
+        // The disk is the I/O side's: the session asks it through the seam.
+        let answers = Box::new(cache::Cache::of(config, log));
+        Box::pin(
+            session::Session::new(config, connector, answers, stdin, stdout, hangups, log).run(),
+        )
     };
     run.await
 }

@@ -357,6 +357,7 @@ where
             }
             return Err(write_error(Stage::WriteClient, e));
         }
+        learn(ledger);
         let read = async { Some(app.read(reader, ledger).await) };
         let woken = async {
             signals.down.wait().await;
@@ -380,6 +381,15 @@ where
             None => {}
         }
         super::report_lost(&mut ledger.borrow_mut(), log);
+    }
+}
+
+/// Hands the answers cache what the app answered, now that the replies it
+/// came with are written (see [`super::answers`]).
+pub(super) fn learn(ledger: &RefCell<Ledger>) {
+    let mut ledger = ledger.borrow_mut();
+    for learnt in ledger.take_learnt() {
+        ledger.answers().learn(learnt);
     }
 }
 

@@ -119,8 +119,8 @@ pub(super) fn taken_back(ledger: &mut Ledger, result: &[u8], log: Option<&Traffi
         // what the app says now.
         ledger.record.by_bridge = false;
     }
-    if let Some(asked) = &ledger.record.initialize {
-        ledger.cache.learn(&asked.line, Some(result));
+    if let Some(asked) = ledger.record.initialize.clone() {
+        ledger.learnt(&asked.line, Some(result));
     }
     if let Some(log) = log {
         log.event(format_args!(

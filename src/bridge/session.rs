@@ -41,8 +41,8 @@ use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::answer::{Answer, Reason};
+use super::answers::Answers;
 use super::app::AppSide;
-use super::cache::Cache;
 use super::client::{ClientSide, Read, Refusals};
 use super::ledger::Ledger;
 use super::online::{self, End, Link};
@@ -157,6 +157,7 @@ where
     pub(super) fn new(
         config: &'a Config,
         connector: C,
+        answers: Box<dyn Answers>,
         stdin: R,
         stdout: W,
         hangups: Option<&'a Hangups>,
@@ -176,14 +177,7 @@ where
                 "the app closed the connection while this request was being sent".into(),
             ),
         };
-        let mut cache = Cache::open(
-            config.cache.as_deref(),
-            &config.endpoint,
-            &config.handshake.project,
-            config.trusted_server.as_ref(),
-        );
-        cache.log_to(log);
-        let ledger = Ledger::new(cache, config.endpoint.clone());
+        let ledger = Ledger::new(answers, config.endpoint.clone());
         Session {
             config,
             connector,
@@ -268,7 +262,7 @@ where
             server,
         } = connected;
         if let Some(server) = server {
-            self.io.ledger.borrow_mut().cache.served_by(server);
+            self.io.ledger.borrow_mut().answers().served_by(server);
         }
         let resumed = !matches!(origin, Origin::Connecting)
             || self.reached
@@ -319,8 +313,10 @@ where
             &mut self.io.stdout,
             link,
         ))
-        .await?;
-        match end {
+        .await;
+        // Whatever ended the relay, what the app answered is the cache's.
+        online::learn(&self.io.ledger);
+        match end? {
             End::Done(ending) => {
                 if let Some(log) = self.io.log {
                     match ending {

@@ -2,16 +2,20 @@
 //! one side, scripted app instances on the other, handed out by a fake
 //! [`Connector`]. Each test is one branch of the state machine.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_lite::future;
-use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use serde_json::{json, Value};
 
+use super::answers::{Answers, Learnt};
+use super::cache::Cache;
 use super::outage::Bounds;
 use super::session::Session;
 use super::{BridgeError, Config, Connected, Connecting, Connector, HOLD_LIMIT};
@@ -245,6 +249,24 @@ fn run_with<T, F: Future<Output = T>>(
     configure: impl FnOnce(&mut Config),
     script: impl FnOnce(Harness) -> F,
 ) -> (Result<Ending, BridgeError>, T) {
+    let disk =
+        |config: &Config, _: Written| -> Box<dyn Answers> { Box::new(Cache::of(config, None)) };
+    run_answering(open, bounds, configure, disk, script)
+}
+
+/// What the session has written to stdout so far (whether or not the
+/// client read it).
+type Written = Rc<RefCell<Vec<u8>>>;
+
+/// [`run_with`], the session answering from what `answers` makes of the
+/// configuration and of what stdout was given.
+fn run_answering<T, F: Future<Output = T>>(
+    open: bool,
+    bounds: Bounds,
+    configure: impl FnOnce(&mut Config),
+    answers: impl FnOnce(&Config, Written) -> Box<dyn Answers>,
+    script: impl FnOnce(Harness) -> F,
+) -> (Result<Ending, BridgeError>, T) {
     let mut config = Config::new("/fake");
     config.reconnect_timeout = Duration::from_secs(20);
     config.connect_timeout = Duration::from_millis(300);
@@ -254,6 +276,11 @@ fn run_with<T, F: Future<Output = T>>(
     configure(&mut config);
     let (stdin_reader, stdin_writer) = piper::pipe(PIPE);
     let (stdout_reader, stdout_writer) = piper::pipe(PIPE);
+    let written = Written::default();
+    let stdout_writer = Tee {
+        inner: stdout_writer,
+        written: written.clone(),
+    };
     let (apps, app_receiver) = smol::channel::unbounded();
     let open = Rc::new(Cell::new(open));
     let attempts = Rc::new(Cell::new(0));
@@ -273,11 +300,86 @@ fn run_with<T, F: Future<Output = T>>(
         same,
     };
     smol::block_on(async {
-        let mut session = Session::new(&config, fake, stdin_reader, stdout_writer, None, None);
+        let answers = answers(&config, written);
+        let mut session = Session::new(
+            &config,
+            fake,
+            answers,
+            stdin_reader,
+            stdout_writer,
+            None,
+            None,
+        );
         session.bounds = bounds;
         let (ended, out) = future::zip(session.run(), script(harness)).await;
         (ended, out)
     })
+}
+
+/// A writer that keeps a copy of what it was given.
+struct Tee<W> {
+    inner: W,
+    written: Written,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Tee<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let wrote = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = wrote {
+            this.written.borrow_mut().extend_from_slice(&buf[..n]);
+        }
+        wrote
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// Answers kept in memory, noting for each answer learnt whether its
+/// reply had been written to stdout by then.
+#[derive(Default)]
+struct Remembered {
+    kept: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Each [`Answers::learn`]: the request and whether stdout had the
+    /// app's reply to it when it came.
+    learnt: Rc<RefCell<Vec<(Learnt, bool)>>>,
+    written: Written,
+}
+
+impl Answers for Remembered {
+    fn answer(&mut self, request: &[u8]) -> Option<Vec<u8>> {
+        let method = crate::envelope::json::member(request, "method")?;
+        self.kept
+            .iter()
+            .find(|(kept, _)| kept.as_slice() == method)
+            .map(|(_, result)| result.clone())
+    }
+
+    fn learn(&mut self, learnt: Learnt) {
+        let written = self.written.borrow();
+        let replied = match &learnt.result {
+            Some(result) => contains(&written, result),
+            None => false,
+        };
+        drop(written);
+        self.learnt.borrow_mut().push((learnt, replied));
+    }
+
+    fn served_by(&mut self, _: crate::endpoint::ServerUser) {}
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn ended_well<T: std::fmt::Debug>(ended: Result<Ending, BridgeError>, out: T) -> T {
@@ -1491,4 +1593,60 @@ fn a_probe_a_legacy_app_hangs_up_on_is_answered_and_initialize_goes_on() {
         },
     );
     ended_well(ended, ());
+}
+
+/// The cache is written once the reply it learns from is on stdout, never
+/// from inside the decision (a slow disk must not hold a reply up), and
+/// what it learns is what the app answered.
+#[test]
+fn an_answer_is_learnt_after_its_reply_is_written() {
+    let learnt = Rc::new(RefCell::new(Vec::new()));
+    let seen = learnt.clone();
+    let answers = move |_: &Config, written: Written| -> Box<dyn Answers> {
+        Box::new(Remembered {
+            learnt: seen,
+            written,
+            ..Remembered::default()
+        })
+    };
+    let (ended, ()) = run_answering(
+        true,
+        quick(),
+        |_| {},
+        answers,
+        |mut h| async move {
+            let mut app = h.initialized(json!({"tools":{}})).await;
+            h.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+                .await;
+            assert_eq!(app.line().await["method"], "tools/list");
+            app.send(json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t1"}]}}))
+                .await;
+            assert_eq!(h.line().await["result"]["tools"][0]["name"], "t1");
+            h.finish().await;
+        },
+    );
+    ended_well(ended, ());
+    let learnt = learnt.borrow();
+    let methods: Vec<_> = learnt
+        .iter()
+        .map(|(l, _)| crate::envelope::json::member(&l.request, "method").map(<[u8]>::to_vec))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            Some(b"\"initialize\"".to_vec()),
+            Some(b"\"tools/list\"".to_vec())
+        ]
+    );
+    for (learnt, replied) in learnt.iter() {
+        assert!(
+            replied,
+            "learnt before its reply was written: {}",
+            String::from_utf8_lossy(&learnt.request)
+        );
+    }
+    assert_eq!(
+        learnt[1].0.result.as_deref(),
+        Some(&br#"{"tools":[{"name":"t1"}]}"#[..])
+    );
 }

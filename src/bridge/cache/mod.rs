@@ -66,6 +66,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::answers::{Answers, Learnt};
 use crate::endpoint::ServerUser;
 use crate::envelope::json::member;
 use crate::traffic_log::TrafficLog;
@@ -150,6 +151,18 @@ impl Cache {
             trusted: trusted.cloned(),
             ..Cache::default()
         }
+    }
+
+    /// The cache a session of `config` answers from (and logs to `log`).
+    pub(in crate::bridge) fn of(config: &super::Config, log: Option<&TrafficLog>) -> Cache {
+        let mut cache = Cache::open(
+            config.cache.as_deref(),
+            &config.endpoint,
+            &config.handshake.project,
+            config.trusted_server.as_ref(),
+        );
+        cache.log_to(log);
+        cache
     }
 
     /// Where answers given from the cache are written down, besides stderr.
@@ -284,6 +297,22 @@ impl Cache {
                 ),
             );
         }
+    }
+}
+
+/// The session asks the cache through the seam's trait; the I/O side
+/// hands it what was learnt once the replies are written.
+impl Answers for Cache {
+    fn answer(&mut self, request: &[u8]) -> Option<Vec<u8>> {
+        Cache::answer(self, request)
+    }
+
+    fn learn(&mut self, learnt: Learnt) {
+        Cache::learn(self, &learnt.request, learnt.result.as_deref());
+    }
+
+    fn served_by(&mut self, server: ServerUser) {
+        Cache::served_by(self, server);
     }
 }
 

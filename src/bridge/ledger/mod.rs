@@ -23,7 +23,7 @@ pub(super) use pending::{IdMap, Pending};
 pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
 
 use super::answer::{self, Answer, Reason};
-use super::cache::Cache;
+use super::answers::{Answers, Learnt};
 use crate::envelope::json::member;
 use crate::envelope::{batch_ids, Envelope, Kind, Partial};
 
@@ -305,8 +305,12 @@ pub(super) struct Ledger {
     /// `initialize` and `server/discover` requests in flight: their
     /// answers are read whole (for the record and the cache).
     whole_wanted: usize,
-    /// The app's last answers, for a client that comes before the app.
-    pub(super) cache: Cache,
+    /// The app's last answers, for a client that comes before the app:
+    /// asked, never written (see [`super::answers`]).
+    answers: Box<dyn Answers>,
+    /// What the app answered that the answers cache keeps, for the I/O
+    /// side to write once the reply is on its way ([`Ledger::take_learnt`]).
+    learnt: Vec<Learnt>,
     /// The app is known not to be there: the cache may answer.
     pub(super) app_absent: bool,
     /// Whole lines the bridge owes the client (error responses,
@@ -325,13 +329,35 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger for a session with `endpoint`, answering from `cache`.
-    pub(super) fn new(cache: Cache, endpoint: std::path::PathBuf) -> Ledger {
+    /// A ledger for a session with `endpoint`, answering from `answers`.
+    pub(super) fn new(answers: Box<dyn Answers>, endpoint: std::path::PathBuf) -> Ledger {
         Ledger {
-            cache,
+            answers,
             endpoint,
             ..Ledger::default()
         }
+    }
+
+    /// What the app answered that the cache is to keep, oldest first; the
+    /// I/O side hands each to [`Answers::learn`] once the replies it came
+    /// with are written.
+    pub(super) fn take_learnt(&mut self) -> Vec<Learnt> {
+        std::mem::take(&mut self.learnt)
+    }
+
+    /// The app answered `request` with `result` (none: an error, or too
+    /// long to keep): queued for the cache.
+    pub(super) fn learnt(&mut self, request: &[u8], result: Option<&[u8]>) {
+        self.learnt.push(Learnt {
+            request: request.to_vec(),
+            result: result.map(<[u8]>::to_vec),
+        });
+    }
+
+    /// The app's last answers, for the I/O side (to [learn](Answers::learn)
+    /// what [`Ledger::take_learnt`] gave, to say who serves).
+    pub(super) fn answers(&mut self) -> &mut dyn Answers {
+        &mut *self.answers
     }
 
     /// Decides a client line (see the [module docs](self)): lines the
@@ -442,7 +468,10 @@ impl Ledger {
         if !self.app_absent {
             return false;
         }
-        let result = match text.as_ref().and_then(|text| self.cache.answer(&text.line)) {
+        let result = match text
+            .as_ref()
+            .and_then(|text| self.answers.answer(&text.line))
+        {
             Some(result) => result,
             None => return false,
         };
@@ -734,8 +763,8 @@ impl Ledger {
                 self.whole_wanted = self.whole_wanted.saturating_sub(1);
                 if let Some(text) = &sent.text {
                     let answered = envelope.kind == Kind::Response;
-                    self.cache
-                        .learn(&text.line, if answered { result() } else { None });
+                    let result = if answered { result() } else { None };
+                    self.learnt(&text.line, result);
                 }
             }
             if let (Kind::Response, Some(result)) = (envelope.kind, result()) {
