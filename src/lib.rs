@@ -91,6 +91,7 @@ mod io;
 #[cfg(feature = "app-server")]
 pub mod app_server;
 pub mod bridge;
+mod clock;
 // Who made a request, from its `_meta`: public through `host`, and read by
 // the traffic log.
 #[cfg(any(feature = "host", feature = "log"))]

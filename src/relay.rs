@@ -29,7 +29,6 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -245,7 +244,7 @@ where
         future::pending().await
     };
     let deadline = async {
-        Timer::after(grace).await;
+        crate::clock::after(grace).await;
         None
     };
     future::or(
@@ -307,6 +306,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use async_io::Timer;
     use futures_lite::io::{BufReader, Cursor};
     use futures_lite::AsyncBufReadExt;
     use std::time::Instant;

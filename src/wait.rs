@@ -11,7 +11,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use async_io::Timer;
 use futures_lite::future;
 #[cfg(any(feature = "serve", feature = "app-server"))]
 use smol::channel::{self, Receiver, Sender};
@@ -22,7 +21,7 @@ use smol::channel::{self, Receiver, Sender};
 /// When both are ready at once, the finished work wins.
 pub(crate) async fn timeout<T>(limit: Duration, work: impl Future<Output = T>) -> Option<T> {
     future::or(async { Some(work.await) }, async {
-        Timer::after(limit).await;
+        crate::clock::after(limit).await;
         None
     })
     .await
@@ -105,7 +104,7 @@ mod tests {
         smol::block_on(async {
             for limit in [Duration::ZERO, Duration::MAX] {
                 let later = async {
-                    Timer::after(Duration::from_millis(20)).await;
+                    async_io::Timer::after(Duration::from_millis(20)).await;
                     7
                 };
                 assert_eq!(timeout_unless_zero(limit, later).await, Some(7));

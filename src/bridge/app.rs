@@ -242,8 +242,9 @@ impl AppSide {
                 // than UNDECIDED_LIMIT streams as it comes.
                 let partial = self.scanner.partial();
                 let early = match ledger.app_partial(&partial) {
-                    // Not JSON-RPC (nothing to tear): as it comes.
-                    Early::Forward if !partial.other => Early::Wait,
+                    // Not JSON-RPC (nothing to tear): as it comes. A batch
+                    // of answers is JSON-RPC too, held whole like one.
+                    Early::Forward if !partial.other || array.is_some() => Early::Wait,
                     early => early,
                 };
                 let cur = &mut self.cur;

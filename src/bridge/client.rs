@@ -182,7 +182,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         };
         let mut ledger = ledger.borrow_mut();
         if n == 0 {
-            self.eof = Some(Instant::now());
+            self.eof = Some(crate::clock::now());
             // A last line without its `\n` is still a line.
             let mut last = None;
             self.scanner

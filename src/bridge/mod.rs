@@ -41,6 +41,8 @@ mod plain;
 mod resume;
 mod session;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
 
 pub use answer::{Reason, ERROR_CODE};
@@ -396,7 +398,7 @@ pub(crate) async fn input_closed_then_grace<E>(
         Some(hangups) => hangups.input_closed().await,
         None => future::pending().await,
     }
-    async_io::Timer::after(grace).await;
+    crate::clock::after(grace).await;
     Ok(Ending::ClientClosed { drained: false })
 }
 
@@ -485,6 +487,12 @@ impl Connector for EndpointConnector<'_> {
 /// the log: a CLI's MCP log shows a server's stderr, and nothing else
 /// tells the user why the app's tools answer errors.
 pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
+    // A simulated session (virtual time: thousands a test run) says
+    // nothing on stderr.
+    #[cfg(test)]
+    if crate::clock::Virtual::current().is_some() {
+        return;
+    }
     crate::diag::write_line(format!("mcp-bridge: {}\n", text).as_bytes());
     if let Some(log) = log {
         log.event(format_args!("{}", text));

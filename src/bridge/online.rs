@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use async_io::Timer;
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -222,7 +221,7 @@ where
                         true,
                     ))
                 }
-                None if Instant::now() >= deadline => {
+                None if crate::clock::now() >= deadline => {
                     return Ok(Up::NotTakenBack(
                         "the new instance did not answer the replayed initialize in time".into(),
                         false,
@@ -278,7 +277,7 @@ where
         let deadline = async {
             match taking_back {
                 Some(at) => {
-                    Timer::at(at).await;
+                    crate::clock::at(at).await;
                 }
                 None => future::pending::<()>().await,
             }

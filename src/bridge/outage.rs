@@ -108,7 +108,7 @@ pub(super) struct Outage {
 }
 
 impl Outage {
-    pub(super) fn new(deadline: Instant, gone: Instance, bounds: &Bounds) -> Outage {
+    pub(super) fn new(deadline: Instant, gone: Instance, bounds: &Bounds, now: Instant) -> Outage {
         Outage {
             deadline,
             pause: bounds.first_pause,
@@ -116,14 +116,13 @@ impl Outage {
             rejected: false,
             silent: false,
             gone,
-            since: Instant::now(),
+            since: now,
         }
     }
 
     /// The pause before the next attempt (never past the deadline); the
     /// one after it is longer.
-    pub(super) fn next_pause(&mut self, bounds: &Bounds) -> Duration {
-        let now = Instant::now();
+    pub(super) fn next_pause(&mut self, bounds: &Bounds, now: Instant) -> Duration {
         let pause = self.pause.min(self.deadline.saturating_duration_since(now));
         self.pause = (self.pause * 2).min(bounds.pause_cap);
         pause
@@ -132,12 +131,12 @@ impl Outage {
     /// How long an instance reached in this outage has to answer the
     /// replayed `initialize`: the rest of the outage when it is a new
     /// instance, a few seconds when it is the one that hung up.
-    pub(super) fn patience(&self, reached: Instance, bounds: &Bounds) -> Instant {
+    pub(super) fn patience(&self, reached: Instance, bounds: &Bounds, now: Instant) -> Instant {
         let until_deadline = self.deadline;
         if reached.is_some() && reached != self.gone {
             until_deadline
         } else {
-            until_deadline.min(Instant::now() + bounds.reply_timeout)
+            until_deadline.min(now + bounds.reply_timeout)
         }
     }
 }
@@ -279,10 +278,17 @@ mod tests {
     #[test]
     fn a_new_instance_has_until_the_deadline_the_dying_one_a_few_seconds() {
         let bounds = Bounds::default();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let outage = Outage::new(deadline, Some(1), &bounds);
-        assert_eq!(outage.patience(Some(2), &bounds), deadline);
-        assert!(outage.patience(Some(1), &bounds) < deadline - Duration::from_secs(20));
-        assert!(outage.patience(None, &bounds) < deadline - Duration::from_secs(20));
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(30);
+        let outage = Outage::new(deadline, Some(1), &bounds, now);
+        assert_eq!(outage.patience(Some(2), &bounds, now), deadline);
+        assert_eq!(
+            outage.patience(Some(1), &bounds, now),
+            now + bounds.reply_timeout
+        );
+        assert_eq!(
+            outage.patience(None, &bounds, now),
+            now + bounds.reply_timeout
+        );
     }
 }

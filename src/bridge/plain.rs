@@ -29,12 +29,16 @@ where
     if let Some(log) = log {
         log.connect_attempt(1, &config.endpoint);
     }
-    let started = std::time::Instant::now();
+    let started = crate::clock::now();
     let connected = connector.connect(false, config.connect_timeout).await;
     if let Some(log) = log {
         let outcome = connected.as_ref().map(drop);
         let outcome = outcome.map_err(|e| e as &(dyn std::error::Error + 'static));
-        log.connect_outcome(1, started.elapsed(), outcome);
+        log.connect_outcome(
+            1,
+            crate::clock::now().saturating_duration_since(started),
+            outcome,
+        );
     }
     let super::Connected { reader, writer, .. } = connected?;
     let mut up_tap = log.map(|log| log.tap(Direction::CliToApp));

@@ -52,7 +52,7 @@ use crate::endpoint::{FIRST_RETRY, LAST_RETRY};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{Direction, LineTap, TrafficLog};
-use crate::wait;
+use crate::{clock, wait};
 
 /// Where the session is.
 enum Phase<AR, AW> {
@@ -195,7 +195,7 @@ where
             attempts: 0,
             reached: false,
             served_once: false,
-            started: Instant::now(),
+            started: clock::now(),
             bounds: Bounds::default(),
         }
     }
@@ -219,11 +219,11 @@ where
     /// is made before stdin is read, so that a client's first request finds
     /// the app known to be there or not (and the cache may answer for it).
     async fn connecting(&mut self) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
-        let deadline = Instant::now() + self.config.connect_timeout;
+        let deadline = clock::now() + self.config.connect_timeout;
         let mut pause = FIRST_RETRY;
         let mut last: Option<BridgeError>;
         loop {
-            let budget = deadline.saturating_duration_since(Instant::now());
+            let budget = deadline.saturating_duration_since(clock::now());
             match self.reach(false, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
                 Held::Done(Ok(connected)) => {
@@ -235,12 +235,12 @@ where
                 }
                 Held::Done(Err(e)) => return Ok(Phase::Absent(self.absence(e))),
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(clock::now());
             if left.is_zero() {
                 let error = last.take().expect("an attempt failed");
                 return Ok(Phase::Absent(self.absence(error)));
             }
-            let paused = async_io::Timer::after(pause.min(left));
+            let paused = clock::after(pause.min(left));
             if let Held::Eof = self.io.hold(paused).await? {
                 return self.io.end_on_eof().await;
             }
@@ -272,9 +272,9 @@ where
         self.io.ledger.borrow_mut().app_absent = false;
         let (preamble, taking_back) = resume::start(&mut self.io.ledger.borrow_mut(), resumed);
         let patience = match &origin {
-            Origin::Outage(outage) => outage.patience(instance, &self.bounds),
-            Origin::Connecting => Instant::now() + self.config.reconnect_timeout,
-            Origin::Absent(_) => Instant::now() + self.bounds.reply_timeout,
+            Origin::Outage(outage) => outage.patience(instance, &self.bounds, clock::now()),
+            Origin::Connecting => clock::now() + self.config.reconnect_timeout,
+            Origin::Absent(_) => clock::now() + self.bounds.reply_timeout,
         };
         // An instance reached while the app was absent has yet to take the
         // session: until it does, requests are still answered at once, and
@@ -293,7 +293,7 @@ where
             }
         }
         let mut app = AppSide::default();
-        let started = Instant::now();
+        let started = clock::now();
         let link = Link {
             ledger: &self.io.ledger,
             preamble,
@@ -386,7 +386,7 @@ where
             }
             let ended = Ended {
                 answered: ledger.served,
-                lasted: started.elapsed(),
+                lasted: clock::now().saturating_duration_since(started),
                 heard: app.heard,
                 refusal: app.refusal.clone(),
                 probed: false,
@@ -462,14 +462,14 @@ where
     /// served, the rest of `--connect-timeout` before (and never less than
     /// a second, for one more look).
     fn new_outage(&self, gone: super::outage::Instance) -> Outage {
-        let now = Instant::now();
+        let now = clock::now();
         let deadline = match self.served_once {
             true => now + self.config.reconnect_timeout,
             false => (self.started + self.config.connect_timeout)
                 .max(now + self.bounds.look_interval)
                 .min(now + self.config.reconnect_timeout),
         };
-        Outage::new(deadline, gone, &self.bounds)
+        Outage::new(deadline, gone, &self.bounds, clock::now())
     }
 
     /// Looks for an instance to take the session back, holding the
@@ -479,7 +479,7 @@ where
         mut outage: Outage,
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         loop {
-            let left = outage.deadline.saturating_duration_since(Instant::now());
+            let left = outage.deadline.saturating_duration_since(clock::now());
             if left.is_zero() {
                 let reason = match outage.last_failure.take() {
                     Some(reason) => reason,
@@ -508,17 +508,17 @@ where
                 };
                 return Ok(Phase::Absent(self.absence_because(error, why)));
             }
-            let pause = outage.next_pause(&self.bounds);
+            let pause = outage.next_pause(&self.bounds, clock::now());
             if let Some(log) = self.io.log {
                 let why = outage.last_failure.as_deref();
                 let why = why.unwrap_or("the app closed the connection");
                 log.reconnect(self.attempts + 1, pause, &why);
             }
-            let paused = async_io::Timer::after(pause);
+            let paused = clock::after(pause);
             if let Held::Eof = self.io.hold(paused).await? {
                 return self.io.end_on_eof().await;
             }
-            let left = outage.deadline.saturating_duration_since(Instant::now());
+            let left = outage.deadline.saturating_duration_since(clock::now());
             let budget = left.min(self.bounds.reply_timeout);
             match self.reach(true, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
@@ -561,7 +561,7 @@ where
         }
         let mut pause = self.bounds.look_interval;
         loop {
-            let looked = async_io::Timer::after(pause);
+            let looked = clock::after(pause);
             if let Held::Eof = self.io.hold(looked).await? {
                 if let Some(log) = self.io.log {
                     log.stdin_eof();
@@ -667,14 +667,18 @@ fn attempt<'c, C: Connector, R, W>(
     if let Some(log) = log {
         log.connect_attempt(attempt, endpoint);
     }
-    let started = Instant::now();
+    let started = clock::now();
     let connecting = connector.connect(resumed, budget);
     async move {
         let connected = connecting.await;
         if let Some(log) = log {
             let outcome = connected.as_ref().map(drop);
             let outcome = outcome.map_err(|e| e as &(dyn std::error::Error + 'static));
-            log.connect_outcome(attempt, started.elapsed(), outcome);
+            log.connect_outcome(
+                attempt,
+                clock::now().saturating_duration_since(started),
+                outcome,
+            );
         }
         connected
     }
@@ -725,8 +729,7 @@ where
                 if !self.client.holds_requests() {
                     return Ok(Held::Eof);
                 }
-                let left =
-                    (eof + self.config.drain_grace).saturating_duration_since(Instant::now());
+                let left = (eof + self.config.drain_grace).saturating_duration_since(clock::now());
                 return Ok(match wait::timeout(left, &mut work).await {
                     Some(done) => Held::Done(done),
                     None => Held::Eof,

@@ -1,0 +1,629 @@
+//! A deterministic simulation of whole sessions: the real session engine,
+//! scripted clients and app instances on in-memory pipes, one thread, one
+//! executor, and a [virtual clock](crate::clock::Virtual).
+//!
+//! The binary fuzzer (tests/model.rs) checks the same promises through the
+//! real binary, in real time: a seed fixes its script but not the
+//! interleaving, so a failure there may not come back. Here nothing runs
+//! but the executor's tasks, in the order they are woken, and time moves
+//! only when every task waits: [`play`] runs the tasks until none can go
+//! on, then moves the clock to the earliest deadline anything waits for
+//! (quinn-proto's `Pair::step`), so a session of minutes of virtual time
+//! takes a few milliseconds, every deadline is met or missed exactly, and
+//! a seed replays its session event by event (`MCP_BRIDGE_SIM_SEED`).
+//!
+//! What the scripts do, drawn from the seed: the app's instances answer
+//! late and out of order, die (quietly, mid-line, right after they
+//! accepted), are away for a while between instances, and take the
+//! session back from the replay; the client sends requests under number
+//! and string ids, batches, cancellations, writes in chunks of any size
+//! and stops reading stdout for seconds. The judge is tests/model's
+//! (`tests/model/judge.rs`, shared): one answer per request, its own
+//! result, a result the app wrote whole never replaced by an error, no
+//! torn line on either side; and here also that the session ends within
+//! the drain grace of stdin's end, in virtual time.
+
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use serde_json::{json, Value};
+
+use super::cache::Cache;
+use super::session::Session;
+use super::{BridgeError, Config, Connected, Connecting, Connector};
+use crate::clock::{self, Virtual};
+
+#[allow(dead_code)]
+#[path = "../../tests/model/judge.rs"]
+mod judge;
+#[allow(dead_code)]
+#[path = "../../tests/model/rng.rs"]
+mod rng;
+
+use judge::Judge;
+use rng::Rng;
+
+/// The protocol era a simulated client speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Era {
+    Legacy,
+    Modern,
+}
+
+/// Most virtual time a session may take before it counts as hung.
+const HUNG: Duration = Duration::from_secs(600);
+
+/// One app instance's end of a connection, handed to the app's script.
+struct Conn {
+    reader: piper::Reader,
+    writer: piper::Writer,
+    instance: u64,
+}
+
+/// The endpoint: hands connections to the app's script while the app is
+/// up, fails each attempt as a reset before the handshake otherwise.
+struct SimConnector {
+    up: Rc<Cell<bool>>,
+    attempts: Rc<Cell<u64>>,
+    conns: smol::channel::Sender<Conn>,
+    rng: Rng,
+}
+
+impl Connector for SimConnector {
+    type Reader = piper::Reader;
+    type Writer = piper::Writer;
+
+    fn connect(&mut self, _: bool, _: Duration) -> Connecting<'_, piper::Reader, piper::Writer> {
+        self.attempts.set(self.attempts.get() + 1);
+        if !self.up.get() {
+            return Box::pin(async {
+                Err(BridgeError::Handshake {
+                    endpoint: "/sim".into(),
+                    source: io::ErrorKind::ConnectionReset.into(),
+                })
+            });
+        }
+        // Small pipes now and then, so that writes are partial and a
+        // reader that stops holds the writer up.
+        let capacity = if self.rng.chance(30) {
+            self.rng.between(64, 4096) as usize
+        } else {
+            64 * 1024
+        };
+        let (app_reader, bridge_writer) = piper::pipe(capacity);
+        let (bridge_reader, app_writer) = piper::pipe(capacity);
+        let instance = self.attempts.get();
+        let _ = self.conns.try_send(Conn {
+            reader: app_reader,
+            writer: app_writer,
+            instance,
+        });
+        Box::pin(async move {
+            Ok(Connected {
+                reader: bridge_reader,
+                writer: bridge_writer,
+                instance: Some(instance),
+                server: None,
+            })
+        })
+    }
+}
+
+/// The largest read a script makes.
+const CHUNK: [u8; 8192] = [0; 8192];
+
+/// Reads whole lines from a pipe in chunks of the script's choosing.
+struct Lines {
+    reader: piper::Reader,
+    buf: Vec<u8>,
+    rng: Rng,
+}
+
+impl Lines {
+    /// The next whole line (without its newline), or `None` at the end
+    /// (what is left without a newline is returned as a last line).
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+                let line = self.buf[..end].to_vec();
+                self.buf.drain(..=end);
+                return Some(line);
+            }
+            let want = self.rng.between(1, CHUNK.len() as u64) as usize;
+            let mut chunk = [0; CHUNK.len()];
+            match self.reader.read(&mut chunk[..want]).await {
+                Ok(0) | Err(_) if self.buf.is_empty() => return None,
+                Ok(0) | Err(_) => return Some(std::mem::take(&mut self.buf)),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+/// Writes `bytes` in chunks of random size, with pauses; `false` when the
+/// reader is gone.
+async fn write_chunked(writer: &mut piper::Writer, bytes: &[u8], rng: &mut Rng) -> bool {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = (rng.between(1, 4096) as usize).min(rest.len());
+        if writer.write_all(&rest[..n]).await.is_err() {
+            return false;
+        }
+        rest = &rest[n..];
+        if rng.chance(5) {
+            clock::after(Duration::from_millis(rng.between(1, 50))).await;
+        }
+    }
+    true
+}
+
+/// How one app instance ends.
+#[derive(Clone, Copy, Debug)]
+enum Death {
+    /// It serves until the bridge hangs up.
+    Never,
+    /// After this many lines read, it closes with what is unread.
+    Quietly(u64),
+    /// After this many lines read, it writes half an answer and closes.
+    MidLine(u64),
+}
+
+/// The app's script: instances one after another, as the bridge reaches
+/// them, each drawn from the seed; between two, the app may be away.
+async fn app(
+    conns: smol::channel::Receiver<Conn>,
+    up: Rc<Cell<bool>>,
+    judge: Rc<Judge>,
+    mut rng: Rng,
+) {
+    while let Ok(conn) = conns.recv().await {
+        let death = match rng.below(10) {
+            0..=5 => Death::Never,
+            6 | 7 => Death::Quietly(rng.between(1, 12)),
+            _ => Death::MidLine(rng.between(1, 12)),
+        };
+        judge.event(format!("app: instance {} ({:?})", conn.instance, death));
+        let served = instance(conn, death, &judge, rng.fork()).await;
+        if served && rng.chance(40) {
+            // Away for a while: restarting, or gone past the bounds.
+            up.set(false);
+            let away = match rng.below(10) {
+                0..=6 => rng.between(10, 3000),
+                7 | 8 => rng.between(3000, 12_000),
+                _ => rng.between(12_000, 40_000),
+            };
+            judge.event(format!("app: away for {} ms", away));
+            clock::after(Duration::from_millis(away)).await;
+            up.set(true);
+        }
+    }
+}
+
+/// One instance: answers what it is asked
+/// (late, in any order) until it dies or the bridge hangs up. Whether it
+/// died (as opposed to being left).
+async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> bool {
+    let Conn {
+        reader,
+        writer,
+        instance,
+    } = conn;
+    let writer = Rc::new(smol::lock::Mutex::new(writer));
+    let mut lines = Lines {
+        reader,
+        buf: Vec::new(),
+        rng: rng.fork(),
+    };
+    // No identity line: the connector stands for the endpoint's, which
+    // sends it (tests/bridge.rs checks it through the binary).
+    let mut read = 0u64;
+    let answers = smol::LocalExecutor::new();
+    let serve = async {
+        while let Some(line) = lines.next().await {
+            read += 1;
+            judge.event(format!(
+                "app {} <- {}",
+                instance,
+                String::from_utf8_lossy(&line[..line.len().min(160)])
+            ));
+            let value: Value = match serde_json::from_slice(&line) {
+                Ok(value) => value,
+                Err(_) => {
+                    judge.fail(format!(
+                        "instance {} got a line that is not JSON: {}",
+                        instance,
+                        String::from_utf8_lossy(&line)
+                    ));
+                    continue;
+                }
+            };
+            match death {
+                Death::Quietly(n) if read >= n => return true,
+                Death::MidLine(n) if read >= n => {
+                    // Part of the answer to what it was just asked (past
+                    // its id, so a bridge that streams it would tear it).
+                    let mut half = match answer(&value) {
+                        Some((reply, _)) => serde_json::to_vec(&reply).unwrap(),
+                        None => br#"{"jsonrpc":"2.0","id":"#.to_vec(),
+                    };
+                    half.truncate(rng.between(1, half.len() as u64 - 1) as usize);
+                    judge.event(format!(
+                        "app {} dies writing {}",
+                        instance,
+                        String::from_utf8_lossy(&half)
+                    ));
+                    let _ = writer.lock().await.write_all(&half).await;
+                    return true;
+                }
+                _ => {}
+            }
+            if let Some((reply, token)) = answer(&value) {
+                let delay = match rng.below(10) {
+                    0..=5 => 0,
+                    6..=8 => rng.between(1, 400),
+                    _ => rng.between(400, 3000),
+                };
+                let writer = writer.clone();
+                let judge = judge.clone();
+                let mut rng = rng.fork();
+                answers
+                    .spawn(async move {
+                        if delay > 0 {
+                            clock::after(Duration::from_millis(delay)).await;
+                        }
+                        let mut line = serde_json::to_vec(&reply).unwrap();
+                        line.push(b'\n');
+                        let mut writer = writer.lock().await;
+                        judge.event(format!(
+                            "app {} -> {}",
+                            instance,
+                            String::from_utf8_lossy(&line[..line.len().min(120)]).trim_end()
+                        ));
+                        if write_chunked(&mut writer, &line, &mut rng).await {
+                            for token in token {
+                                judge.app_answered(&token, instance as usize);
+                            }
+                        }
+                    })
+                    .detach();
+            }
+        }
+        false
+    };
+    answers.run(serve).await
+}
+
+/// The app's answer to a message, and the tokens of the results in it.
+fn answer(message: &Value) -> Option<(Value, Vec<String>)> {
+    if let Value::Array(items) = message {
+        let mut replies = Vec::new();
+        let mut tokens = Vec::new();
+        for item in items {
+            if let Some((reply, mut more)) = answer(item) {
+                replies.push(reply);
+                tokens.append(&mut more);
+            }
+        }
+        return match replies.is_empty() {
+            true => None,
+            false => Some((Value::Array(replies), tokens)),
+        };
+    }
+    let id = message.get("id")?.clone();
+    let method = message.get("method")?.as_str()?;
+    let (result, token) = match method {
+        "initialize" => (
+            json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{}},
+                   "serverInfo":{"name":"sim","version":"1"}}),
+            None,
+        ),
+        "server/discover" => (
+            json!({"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},
+                   "serverInfo":{"name":"sim","version":"1"}}),
+            None,
+        ),
+        "tools/call" => {
+            let token = message["params"]["arguments"]["token"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (
+                json!({"content":[{"type":"text","text":token}]}),
+                Some(token),
+            )
+        }
+        _ => (json!({}), None),
+    };
+    let reply = json!({"jsonrpc":"2.0","id":id,"result":result});
+    Some((reply, token.into_iter().collect()))
+}
+
+/// The client's reading side: every line on stdout is one whole JSON
+/// value, and every answer is judged; stops reading for a while now and
+/// then. Ends at stdout's end.
+async fn client_reader(stdout: piper::Reader, judge: Rc<Judge>, mut rng: Rng) {
+    let mut lines = Lines {
+        reader: stdout,
+        buf: Vec::new(),
+        rng: rng.fork(),
+    };
+    while let Some(line) = lines.next().await {
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(items)) => items.iter().for_each(|item| got(item, &judge)),
+            Ok(value) => got(&value, &judge),
+            Err(_) => judge.fail(format!(
+                "a line on stdout that is not JSON: {}",
+                String::from_utf8_lossy(&line)
+            )),
+        }
+        if rng.chance(3) {
+            clock::after(Duration::from_millis(rng.between(200, 1500))).await;
+        }
+    }
+}
+
+fn got(message: &Value, judge: &Judge) {
+    if message.get("method").is_some() {
+        judge.event(format!("client <- {}", message));
+    } else {
+        judge.client_got_answer(message);
+    }
+}
+
+/// The client's writing side: the era's opening, then requests (single,
+/// batched, cancelled) with pauses; then waits for every answer, at most
+/// `patience`, and closes stdin. Returns when stdin was closed.
+async fn client_writer(
+    mut stdin: piper::Writer,
+    era: Era,
+    judge: Rc<Judge>,
+    mut rng: Rng,
+) -> Instant {
+    let meta = match era {
+        Era::Legacy => json!({}),
+        Era::Modern => json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                              "io.modelcontextprotocol/clientCapabilities":{}}),
+    };
+    let opening = match era {
+        Era::Legacy => json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+            "params":{"protocolVersion":"2025-06-18","capabilities":{},
+                      "clientInfo":{"name":"sim","version":"1"}}}),
+        Era::Modern => json!({"jsonrpc":"2.0","id":0,"method":"server/discover",
+                              "params":{"_meta":meta}}),
+    };
+    judge.client_sent(&json!(0), "opening");
+    let mut bytes = serde_json::to_vec(&opening).unwrap();
+    bytes.push(b'\n');
+    if era == Era::Legacy {
+        bytes
+            .extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    }
+    let mut alive = write_chunked(&mut stdin, &bytes, &mut rng).await;
+    let requests = rng.between(1, 25);
+    let mut next = 1u64;
+    let mut open: Vec<Value> = Vec::new();
+    while alive && next <= requests {
+        let mut call = |rng: &mut Rng| {
+            let id = if rng.chance(30) {
+                json!(format!("s-{}", next))
+            } else {
+                json!(next)
+            };
+            let token = format!("t{}", next);
+            next += 1;
+            judge.client_sent(&id, &token);
+            open.push(id.clone());
+            let _ = rng;
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                   "params":{"name":"echo","arguments":{"token":token},"_meta":meta}})
+        };
+        let message = if rng.chance(15) {
+            let n = rng.between(1, 4);
+            Value::Array((0..n).map(|_| call(&mut rng)).collect())
+        } else {
+            call(&mut rng)
+        };
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(b'\n');
+        if rng.chance(10) && !open.is_empty() {
+            let id = open[rng.below(open.len() as u64) as usize].clone();
+            judge.client_cancelled(&id);
+            let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                                "params":{"requestId":id}});
+            bytes.extend_from_slice(&serde_json::to_vec(&cancel).unwrap());
+            bytes.push(b'\n');
+        }
+        alive = write_chunked(&mut stdin, &bytes, &mut rng).await;
+        if rng.chance(50) {
+            clock::after(Duration::from_millis(rng.between(1, 2000))).await;
+        }
+    }
+    // Every request is answered while stdin is open: wait for the answers
+    // (the bridge's bounds are tens of seconds), then close.
+    let waited = clock::now();
+    while !judge.unanswered().is_empty() && clock::now() - waited < Duration::from_secs(120) {
+        clock::after(Duration::from_millis(500)).await;
+    }
+    judge.event("client: stdin closed");
+    drop(stdin);
+    clock::now()
+}
+
+/// What one session showed.
+pub(super) struct Played {
+    /// The promises it broke, with the events before.
+    pub(super) failures: Vec<String>,
+    /// Virtual time it took.
+    pub(super) lasted: Duration,
+}
+
+/// Plays the session of `seed` in `era` to its end (see the [module
+/// docs](self)).
+pub(super) fn play(seed: u64, era: Era) -> Played {
+    let installed = Virtual::install();
+    let virtual_clock = installed.0.clone();
+    let mut rng = Rng::new(seed);
+    let judge = Rc::new(Judge::default());
+    let mut config = Config::new("/sim");
+    config.cache = None;
+    let (conns_tx, conns_rx) = smol::channel::unbounded();
+    let up = Rc::new(Cell::new(rng.chance(80)));
+    let connector = SimConnector {
+        up: up.clone(),
+        attempts: Rc::new(Cell::new(0)),
+        conns: conns_tx,
+        rng: rng.fork(),
+    };
+    let (stdin_reader, stdin_writer) = piper::pipe(rng.between(256, 64 * 1024) as usize);
+    let (stdout_reader, stdout_writer) = piper::pipe(rng.between(256, 64 * 1024) as usize);
+    let started = virtual_clock.now();
+    let ex = smol::LocalExecutor::new();
+    let answers = Box::new(Cache::of(&config, None));
+    let session = Session::new(
+        &config,
+        connector,
+        answers,
+        stdin_reader,
+        stdout_writer,
+        None,
+        None,
+    );
+    let ended_at = Rc::new(Cell::new(None));
+    let ended = ended_at.clone();
+    let judge_end = judge.clone();
+    let session = ex.spawn(async move {
+        let ending = session.run().await;
+        ended.set(Some(clock::now()));
+        judge_end.event(format!("session ended: {:?}", ending));
+        ending
+    });
+    if !up.get() {
+        // The app starts later.
+        let (up, delay) = (up.clone(), rng.between(10, 8000));
+        ex.spawn(async move {
+            clock::after(Duration::from_millis(delay)).await;
+            up.set(true);
+        })
+        .detach();
+    }
+    ex.spawn(app(conns_rx, up, judge.clone(), rng.fork()))
+        .detach();
+    let reader = ex.spawn(client_reader(stdout_reader, judge.clone(), rng.fork()));
+    let writer = ex.spawn(client_writer(stdin_writer, era, judge.clone(), rng.fork()));
+    loop {
+        while ex.try_tick() {}
+        if session.is_finished() && reader.is_finished() {
+            break;
+        }
+        if virtual_clock.since(started) > HUNG {
+            judge.fail(format!("the session did not end within {:?}", HUNG));
+            break;
+        }
+        match virtual_clock.next() {
+            Some(at) => virtual_clock.advance(at),
+            None => {
+                judge.fail("every task waits and nothing can wake one: the session hangs");
+                break;
+            }
+        }
+    }
+    if let (Some(closed), Some(ended)) =
+        (future::block_on(future::poll_once(writer)), ended_at.get())
+    {
+        let took = ended.saturating_duration_since(closed);
+        if took > config.drain_grace {
+            judge.fail(format!(
+                "the session ended {:?} after stdin's end (the drain grace is {:?})",
+                took, config.drain_grace
+            ));
+        }
+    }
+    let open = judge.unanswered();
+    if !open.is_empty() {
+        judge.fail(format!("requests never answered: {:?}", open));
+    }
+    let failures = judge.failures();
+    let mut report = Vec::new();
+    if !failures.is_empty() {
+        report.push(format!("seed {} ({:?}): {:?}", seed, era, failures));
+        report.extend(judge.events().into_iter().map(|e| format!("  {}", e)));
+    }
+    let lasted = virtual_clock.since(started);
+    drop(ex);
+    drop(installed);
+    Played {
+        failures: report,
+        lasted,
+    }
+}
+
+/// Sessions per era a test run plays when not told otherwise.
+const SESSIONS: u64 = 10_000;
+
+/// The first seed played when not told otherwise.
+const SEED: u64 = 0x7369_6d2d_6d63_7062;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    Some(
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{}={:?} is not a number", name, text)),
+    )
+}
+
+/// Plays the sessions of one era (`MCP_BRIDGE_SIM_SEED=N` from seed N,
+/// `MCP_BRIDGE_SIM_SESSIONS=N` of them) and fails with the first broken
+/// promises, each with its seed and the events before it.
+fn play_many(era: Era) {
+    let first = env_u64("MCP_BRIDGE_SIM_SEED").unwrap_or(SEED);
+    let sessions = env_u64("MCP_BRIDGE_SIM_SESSIONS").unwrap_or(SESSIONS);
+    let started = std::time::Instant::now();
+    let mut failed = Vec::new();
+    let mut lasted = Duration::ZERO;
+    for n in 0..sessions {
+        let seed = first.wrapping_add(n);
+        let played = play(seed, era);
+        lasted += played.lasted;
+        if !played.failures.is_empty() {
+            if failed.len() < 3 {
+                eprintln!("{}", played.failures.join("\n"));
+            }
+            failed.push(seed);
+        }
+    }
+    let took = started.elapsed();
+    println!(
+        "{} simulated {:?} sessions from seed {} ({:?} of virtual time) in {:?}: {:.0} sessions/s, {} failed",
+        sessions,
+        era,
+        first,
+        lasted,
+        took,
+        sessions as f64 / took.as_secs_f64(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} {:?} sessions broke a promise; replay one with MCP_BRIDGE_SIM_SEED=<seed> \
+         MCP_BRIDGE_SIM_SESSIONS=1: seeds {:?}",
+        failed.len(),
+        sessions,
+        era,
+        &failed[..failed.len().min(40)]
+    );
+}
+
+#[test]
+fn every_simulated_legacy_session_keeps_the_promises() {
+    play_many(Era::Legacy);
+}
+
+#[test]
+fn every_simulated_modern_session_keeps_the_promises() {
+    play_many(Era::Modern);
+}
