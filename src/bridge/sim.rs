@@ -221,6 +221,8 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
     // No identity line: the connector stands for the endpoint's, which
     // sends it (tests/bridge.rs checks it through the binary).
     let mut read = 0u64;
+    let mut questions = 0u64;
+    let mut asked = std::collections::HashMap::new();
     let answers = smol::LocalExecutor::new();
     let serve = async {
         while let Some(line) = lines.next().await {
@@ -247,7 +249,7 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                     // Part of the answer to what it was just asked (past
                     // its id, so a bridge that streams it would tear it).
                     let mut half = match answer(&value) {
-                        Some((reply, _)) => serde_json::to_vec(&reply).unwrap(),
+                        Some((reply, _)) => as_javascript_writes(&reply),
                         None => br#"{"jsonrpc":"2.0","id":"#.to_vec(),
                     };
                     half.truncate(rng.between(1, half.len() as u64 - 1) as usize);
@@ -260,6 +262,40 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                     return true;
                 }
                 _ => {}
+            }
+            if value.get("method").is_none() && value.get("id").is_some() {
+                // The client's reply to a question of ours: ours, and to
+                // that very question.
+                let key = judge::id_key(&value["id"]);
+                match asked.remove(&key) {
+                    Some(nonce) if value["result"]["nonce"] == json!(nonce) => {}
+                    Some(nonce) => judge.fail(format!(
+                        "instance {} got a reply to its question {} ({}) carrying another \
+                         question's answer: {}",
+                        instance, value["id"], nonce, value
+                    )),
+                    None => judge.fail(format!(
+                        "instance {} got a reply to a question it never asked (or asked \
+                         and had answered): {}",
+                        instance, value
+                    )),
+                }
+                continue;
+            }
+            if value.get("id").is_some() && rng.chance(15) {
+                // A question of its own, under the ids every instance
+                // uses (the SDKs number theirs from 0).
+                let id = questions;
+                questions += 1;
+                let nonce = format!("i{}-q{}", instance, id);
+                asked.insert(judge::id_key(&json!(id)), nonce.clone());
+                let question = json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create",
+                                      "params":{"message":nonce}});
+                let mut line = serde_json::to_vec(&question).unwrap();
+                line.push(b'\n');
+                judge.event(format!("app {} asks {} ({})", instance, id, nonce));
+                let mut writer = writer.lock().await;
+                let _ = write_chunked(&mut writer, &line, &mut rng).await;
             }
             if let Some((reply, token)) = answer(&value) {
                 let delay = match rng.below(10) {
@@ -275,7 +311,7 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                         if delay > 0 {
                             clock::after(Duration::from_millis(delay)).await;
                         }
-                        let mut line = serde_json::to_vec(&reply).unwrap();
+                        let mut line = as_javascript_writes(&reply);
                         line.push(b'\n');
                         let mut writer = writer.lock().await;
                         judge.event(format!(
@@ -295,6 +331,33 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
         false
     };
     answers.run(serve).await
+}
+
+/// `message` as a JavaScript app writes it: ids that are no exact integer
+/// (the double a large one was read into) in JavaScript's shortest form
+/// (`18446744073709552000`, `2.234567890123457e+29`), not serde_json's.
+fn as_javascript_writes(message: &Value) -> Vec<u8> {
+    let mut text = serde_json::to_string(message).unwrap();
+    let ids = match message {
+        Value::Array(items) => items.iter().map(|item| &item["id"]).collect(),
+        one => vec![&one["id"]],
+    };
+    for id in ids {
+        if let Some(double) = id.as_f64().filter(|_| id.is_f64()) {
+            let js = if double.abs() < 1e21 {
+                format!("{}", double)
+            } else {
+                let e = format!("{:e}", double);
+                match e.find("e-") {
+                    Some(_) => e,
+                    None => e.replacen('e', "e+", 1),
+                }
+            };
+            let serde = serde_json::to_string(id).unwrap();
+            text = text.replace(&format!("\"id\":{}", serde), &format!("\"id\":{}", js));
+        }
+    }
+    text.into_bytes()
 }
 
 /// The app's answer to a message, and the tokens of the results in it.
@@ -342,23 +405,54 @@ fn answer(message: &Value) -> Option<(Value, Vec<String>)> {
     Some((reply, token.into_iter().collect()))
 }
 
+/// The client's stdin, shared by its writing side and the replies to the
+/// app's questions; `None` once closed.
+type Stdin = Rc<smol::lock::Mutex<Option<piper::Writer>>>;
+
+/// Writes one whole message to stdin (in chunks); `false` once stdin is
+/// closed or its reader gone.
+async fn send(stdin: &Stdin, bytes: &[u8], rng: &mut Rng) -> bool {
+    match stdin.lock().await.as_mut() {
+        Some(writer) => write_chunked(writer, bytes, rng).await,
+        None => false,
+    }
+}
+
 /// The client's reading side: every line on stdout is one whole JSON
-/// value, and every answer is judged; stops reading for a while now and
-/// then. Ends at stdout's end.
-async fn client_reader(stdout: piper::Reader, judge: Rc<Judge>, mut rng: Rng) {
+/// value, every answer is judged, every question of the app's is answered
+/// (mostly: in any of the forms SDKs write); stops reading for a while now
+/// and then. Ends at stdout's end.
+async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mut rng: Rng) {
     let mut lines = Lines {
         reader: stdout,
         buf: Vec::new(),
         rng: rng.fork(),
     };
     while let Some(line) = lines.next().await {
-        match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Array(items)) => items.iter().for_each(|item| got(item, &judge)),
-            Ok(value) => got(&value, &judge),
-            Err(_) => judge.fail(format!(
-                "a line on stdout that is not JSON: {}",
-                String::from_utf8_lossy(&line)
-            )),
+        let items = match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(items)) => items,
+            Ok(value) => vec![value],
+            Err(_) => {
+                judge.fail(format!(
+                    "a line on stdout that is not JSON: {}",
+                    String::from_utf8_lossy(&line)
+                ));
+                continue;
+            }
+        };
+        for item in &items {
+            match (item.get("method"), item.get("id")) {
+                (Some(_), Some(id)) if rng.chance(90) => {
+                    let reply = question_reply(id, &item["params"]["message"], &mut rng);
+                    judge.event(format!(
+                        "client answers {}",
+                        String::from_utf8_lossy(&reply).trim_end()
+                    ));
+                    send(&stdin, &reply, &mut rng).await;
+                }
+                (Some(_), _) => judge.event(format!("client <- {}", item)),
+                (None, _) => judge.client_got_answer(item),
+            }
         }
         if rng.chance(3) {
             clock::after(Duration::from_millis(rng.between(200, 1500))).await;
@@ -366,23 +460,35 @@ async fn client_reader(stdout: piper::Reader, judge: Rc<Judge>, mut rng: Rng) {
     }
 }
 
-fn got(message: &Value, judge: &Judge) {
-    if message.get("method").is_some() {
-        judge.event(format!("client <- {}", message));
-    } else {
-        judge.client_got_answer(message);
+/// The client's answer to the app's question `id`, carrying the question's
+/// nonce: as the Python SDK writes it, in an array of one, or result first
+/// with the id repeated inside (as the TypeScript SDK orders members, and
+/// as a result may well contain).
+fn question_reply(id: &Value, nonce: &Value, rng: &mut Rng) -> Vec<u8> {
+    let (id, nonce) = (id.to_string(), nonce.to_string());
+    let mut line = match rng.below(3) {
+        0 => format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"nonce":{}}}}}"#,
+            id, nonce
+        ),
+        1 => format!(
+            r#"[{{"jsonrpc":"2.0","id":{},"result":{{"nonce":{}}}}}]"#,
+            id, nonce
+        ),
+        _ => format!(
+            r#"{{"jsonrpc":"2.0","result":{{"nonce":{},"id":{}}},"id":{}}}"#,
+            nonce, id, id
+        ),
     }
+    .into_bytes();
+    line.push(b'\n');
+    line
 }
 
 /// The client's writing side: the era's opening, then requests (single,
 /// batched, cancelled) with pauses; then waits for every answer, at most
 /// `patience`, and closes stdin. Returns when stdin was closed.
-async fn client_writer(
-    mut stdin: piper::Writer,
-    era: Era,
-    judge: Rc<Judge>,
-    mut rng: Rng,
-) -> Instant {
+async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -> Instant {
     let meta = match era {
         Era::Legacy => json!({}),
         Era::Modern => json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
@@ -402,23 +508,37 @@ async fn client_writer(
         bytes
             .extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
     }
-    let mut alive = write_chunked(&mut stdin, &bytes, &mut rng).await;
+    let mut alive = send(&stdin, &bytes, &mut rng).await;
     let requests = rng.between(1, 25);
     let mut next = 1u64;
     let mut open: Vec<Value> = Vec::new();
     while alive && next <= requests {
+        // Ids too large for a double to hold exactly, written as digits
+        // and put in after serialising (serde_json would round them).
+        let mut exact: Vec<(String, String)> = Vec::new();
         let mut call = |rng: &mut Rng| {
-            let id = if rng.chance(30) {
-                json!(format!("s-{}", next))
-            } else {
-                json!(next)
+            let id = match rng.below(10) {
+                0..=2 => json!(format!("s-{}", next)),
+                3 => {
+                    let digits = match rng.below(2) {
+                        0 => format!("{}8446744073709551616", next),
+                        _ => format!("{}23456789012345678901234567", next),
+                    };
+                    let placeholder = format!("@id{}@", next);
+                    exact.push((format!("\"{}\"", placeholder), digits.clone()));
+                    serde_json::from_str(&digits).unwrap()
+                }
+                _ => json!(next),
             };
             let token = format!("t{}", next);
-            next += 1;
             judge.client_sent(&id, &token);
             open.push(id.clone());
-            let _ = rng;
-            json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+            let shown = match id.is_f64() {
+                true => json!(format!("@id{}@", next)),
+                false => id,
+            };
+            next += 1;
+            json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
                    "params":{"name":"echo","arguments":{"token":token},"_meta":meta}})
         };
         let message = if rng.chance(15) {
@@ -427,7 +547,11 @@ async fn client_writer(
         } else {
             call(&mut rng)
         };
-        let mut bytes = serde_json::to_vec(&message).unwrap();
+        let mut text = serde_json::to_string(&message).unwrap();
+        for (placeholder, digits) in exact.drain(..) {
+            text = text.replace(&placeholder, &digits);
+        }
+        let mut bytes = text.into_bytes();
         bytes.push(b'\n');
         if rng.chance(10) && !open.is_empty() {
             let id = open[rng.below(open.len() as u64) as usize].clone();
@@ -437,7 +561,7 @@ async fn client_writer(
             bytes.extend_from_slice(&serde_json::to_vec(&cancel).unwrap());
             bytes.push(b'\n');
         }
-        alive = write_chunked(&mut stdin, &bytes, &mut rng).await;
+        alive = send(&stdin, &bytes, &mut rng).await;
         if rng.chance(50) {
             clock::after(Duration::from_millis(rng.between(1, 2000))).await;
         }
@@ -449,7 +573,7 @@ async fn client_writer(
         clock::after(Duration::from_millis(500)).await;
     }
     judge.event("client: stdin closed");
-    drop(stdin);
+    stdin.lock().await.take();
     clock::now()
 }
 
@@ -512,8 +636,14 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     }
     ex.spawn(app(conns_rx, up, judge.clone(), rng.fork()))
         .detach();
-    let reader = ex.spawn(client_reader(stdout_reader, judge.clone(), rng.fork()));
-    let writer = ex.spawn(client_writer(stdin_writer, era, judge.clone(), rng.fork()));
+    let stdin: Stdin = Rc::new(smol::lock::Mutex::new(Some(stdin_writer)));
+    let reader = ex.spawn(client_reader(
+        stdout_reader,
+        stdin.clone(),
+        judge.clone(),
+        rng.fork(),
+    ));
+    let writer = ex.spawn(client_writer(stdin, era, judge.clone(), rng.fork()));
     loop {
         while ex.try_tick() {}
         if session.is_finished() && reader.is_finished() {
