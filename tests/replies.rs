@@ -93,6 +93,18 @@ async fn opened(socket: &std::path::Path) -> (Bridge, Manual) {
     (bridge, first)
 }
 
+/// The one reply in `replies`.
+fn the_one(replies: &[Value]) -> &Value {
+    assert_eq!(replies.len(), 1, "{:?}", replies);
+    &replies[0]
+}
+
+/// The session ends well; the host stops.
+async fn ended(bridge: Bridge, host: Host) {
+    assert_eq!(bridge.finish().await, Some(0));
+    host.stop().await;
+}
+
 /// Item 1 (security): instance A asks id 0 "Create file?", the user's
 /// `accept` comes as a batch of one reply, and A dies before reading it.
 /// Instance B then asks id 0 "Delete the whole repository?": the `accept`
@@ -126,14 +138,13 @@ fn an_unread_reply_in_an_array_never_answers_the_next_instances_question() {
         assert_eq!(fence["result"]["servedBy"], "second", "{}", fence);
         second.got_method("tools/call").await;
         let replies = replies_of(&mut second);
-        assert_eq!(replies.len(), 1, "{:?}", replies);
+        let reply = the_one(&replies);
         assert_eq!(
-            replies[0]["result"]["action"], "decline",
+            reply["result"]["action"], "decline",
             "the accept reached B: {:?}",
             replies
         );
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        ended(bridge, second).await;
     });
 }
 
@@ -250,11 +261,10 @@ fn a_reply_in_an_array_to_a_mapped_question_reaches_the_app_under_its_own_id() {
         let (mut bridge, mut second, shown) = mapped_question(&socket).await;
         let reply = json!([{"jsonrpc": "2.0", "id": shown, "result": {"action": "decline"}}]);
         let replies = replied(&mut bridge, &mut second, &format!("{}\n", reply)).await;
-        assert_eq!(replies.len(), 1, "{:?}", replies);
-        assert_eq!(replies[0]["id"], 0, "{:?}", replies);
-        assert_eq!(replies[0]["result"]["action"], "decline", "{:?}", replies);
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        let reply = the_one(&replies);
+        assert_eq!(reply["id"], 0, "{:?}", replies);
+        assert_eq!(reply["result"]["action"], "decline", "{:?}", replies);
+        ended(bridge, second).await;
     });
 }
 
@@ -272,15 +282,10 @@ fn a_result_first_reply_to_a_mapped_question_has_its_envelope_id_rewritten_only(
             id, id
         );
         let replies = replied(&mut bridge, &mut second, &format!("{}\n", reply)).await;
-        assert_eq!(replies.len(), 1, "{:?}", replies);
-        assert_eq!(replies[0]["id"], 0, "{:?}", replies);
-        assert_eq!(
-            replies[0]["result"]["content"]["id"], shown,
-            "{:?}",
-            replies
-        );
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        let reply = the_one(&replies);
+        assert_eq!(reply["id"], 0, "{:?}", replies);
+        assert_eq!(reply["result"]["content"]["id"], shown, "{:?}", replies);
+        ended(bridge, second).await;
     });
 }
 
@@ -296,8 +301,7 @@ fn the_apps_cancel_of_a_mapped_question_reaches_the_client_under_the_clients_id(
         let (cancelled, _) = until(&mut bridge, |m| m["method"] == "notifications/cancelled").await;
         assert_eq!(cancelled["params"]["requestId"], shown, "{}", cancelled);
         assert_eq!(cancelled["params"]["reason"], "timed out", "{}", cancelled);
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        ended(bridge, second).await;
     });
 }
 
@@ -313,7 +317,7 @@ fn a_rewritten_reply_overtakes_no_line_the_client_sent_before_it() {
         // One write: the bridge reads the three lines at once.
         let lines = format!("{}\n{}\n{}\n", progress(1), progress(2), reply);
         let replies = replied(&mut bridge, &mut second, &lines).await;
-        assert_eq!(replies.len(), 1, "{:?}", replies);
+        assert_eq!(the_one(&replies)["id"], 0, "{:?}", replies);
         let order: Vec<Value> = lines_of(&mut second)
             .into_iter()
             .filter(|l| l["method"] == "notifications/progress" || l.get("result").is_some())
@@ -331,8 +335,7 @@ fn a_rewritten_reply_overtakes_no_line_the_client_sent_before_it() {
             "{:?}",
             lines_of(&mut second)
         );
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        ended(bridge, second).await;
     });
 }
 
@@ -346,11 +349,10 @@ fn a_second_reply_to_a_mapped_question_does_not_reach_the_app() {
             |action: &str| json!({"jsonrpc": "2.0", "id": shown, "result": {"action": action}});
         let lines = format!("{}\n{}\n", reply("decline"), reply("accept"));
         let replies = replied(&mut bridge, &mut second, &lines).await;
-        assert_eq!(replies.len(), 1, "{:?}", replies);
-        assert_eq!(replies[0]["id"], 0, "{:?}", replies);
-        assert_eq!(replies[0]["result"]["action"], "decline", "{:?}", replies);
-        assert_eq!(bridge.finish().await, Some(0));
-        second.stop().await;
+        let reply = the_one(&replies);
+        assert_eq!(reply["id"], 0, "{:?}", replies);
+        assert_eq!(reply["result"]["action"], "decline", "{:?}", replies);
+        ended(bridge, second).await;
     });
 }
 

@@ -62,8 +62,10 @@ use crate::traffic_log::{LogOptions, TrafficLog};
 /// this is answered with an error instead of held.
 pub const HOLD_LIMIT: usize = 1024 * 1024;
 
-/// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
-/// it is followed, so that each request in it can be answered.
+/// Most bytes of one of the app's lines starting with `[` (a batch's
+/// answer) kept to tell which batch it answers (by its first response).
+/// The client's batches keep their ids, not their bytes
+/// ([`BatchScanner`](crate::envelope::BatchScanner)).
 const BATCH_LIMIT: usize = HOLD_LIMIT;
 
 /// How long the bridge waits for the app's endpoint unless told otherwise.
