@@ -280,7 +280,10 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             Fate::Refuse(_) | Fate::Overflow | Fate::Interrupted => false,
         };
         if !goes_in {
-            if !matches!(self.cur.fate, Fate::Relay) {
+            if !matches!(self.cur.fate, Fate::Relay) && self.cur.kept {
+                // Answered by the bridge: none of it is kept (what was,
+                // while it was to be relayed, goes).
+                self.end = self.cur.start;
                 self.cur.kept = false;
             }
             return;
@@ -619,15 +622,11 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             if matches!(self.cur.fate, Fate::Relay) {
                 self.cur.fate = Fate::Refuse(Rc::clone(&answer));
             }
-            if self.cur.kept {
-                self.buf.copy_within(self.cur.start..self.end, 0);
-                self.end -= self.cur.start;
-            } else {
-                self.end = 0;
-            }
-        } else {
-            self.end = 0;
+            // Its envelope and a batch's ids are read as it streams: none
+            // of its bytes are needed.
+            self.cur.kept = false;
         }
+        self.end = 0;
         self.cur.start = 0;
         self.sent = 0;
         self.mode = Mode::Absent;
