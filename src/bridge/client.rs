@@ -24,7 +24,13 @@
 //! line ends.
 //!
 //! Reading and deciding happen in the buffer, in place: a chunk is scanned
-//! where it was read, and bytes move only when a line is taken out.
+//! where it was read, and bytes move only when a line is taken out, or
+//! rewritten: the client's answer to a question the bridge gave an id of
+//! its own goes to the app under the app's id in the line's own place, so
+//! it overtakes none of the client's lines before it. A batch's ids are
+//! read as the line streams ([`BatchScanner`]), so every request in it is
+//! followed whatever its length, and a line the bridge answers keeps none
+//! of its bytes.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
