@@ -228,9 +228,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
                         batch.finish()
                     }
                     None if first && self.cur.len > 0 => None,
-                    None => Some(&buf[at..end])
-                        .filter(|t| first_byte_after_space(t) == Some(b'['))
-                        .map(BatchIds::of),
+                    None => BatchIds::of(&buf[at..end]),
                 };
                 ended.push((end, Line::of(&envelope, batch)));
                 at = end;
@@ -385,10 +383,15 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
                     Rewrite::Drop => self.end = start,
                     Rewrite::Replace(bytes) => {
                         // In the line's place: it overtakes nothing.
-                        let old = self.end - start;
-                        drop(self.buf.splice(start..self.end, bytes.iter().copied()));
-                        self.end = start + bytes.len();
-                        shift = bytes.len() as isize - old as isize;
+                        let (old, new) = (self.end - start, bytes.len());
+                        let len = self.buf.len();
+                        if new > old {
+                            self.buf.resize(len + new - old, 0);
+                        }
+                        self.buf.copy_within(self.end..len, start + new);
+                        self.buf[start..start + new].copy_from_slice(&bytes);
+                        self.end = start + new;
+                        shift = new as isize - old as isize;
                         self.hold(start, Line::Rewritten);
                     }
                 }
@@ -470,9 +473,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         let text = &self.buf[start..end];
         // An array is decided as one too: a batch of replies goes nowhere,
         // a batch of requests is no longer in flight.
-        let mut batch = Some(text)
-            .filter(|t| first_byte_after_space(t) == Some(b'['))
-            .map(BatchIds::of);
+        let mut batch = BatchIds::of(text);
         scanner.feed(text, |envelope| {
             line = Some(Line::of(&envelope, batch.take()));
         });
@@ -561,25 +562,17 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             if ledger.decide(&held.line, Mode::Holding) != Verdict::Forward {
                 continue;
             }
-            let text = &self.buf[held.start..held.end];
-            let (text, line) = match ledger.reply_line(&held.line, Some(text)) {
-                Rewrite::Keep => (text, held.line),
-                Rewrite::Drop => continue,
-                Rewrite::Replace(bytes) => {
-                    buf.extend_from_slice(&bytes);
-                    let end = buf.len();
-                    let start = end - bytes.len();
-                    let line = Line::Rewritten;
-                    lines.push_back(Held { start, end, line });
-                    continue;
-                }
-            };
+            if matches!(held.line, Line::Reply(_) | Line::Replies(_)) {
+                // The client's answers to the app are the instance's that
+                // asked, which is gone: they go to no other.
+                continue;
+            }
             let start = buf.len();
-            buf.extend_from_slice(text);
+            buf.extend_from_slice(&self.buf[held.start..held.end]);
             lines.push_back(Held {
                 start,
                 end: buf.len(),
-                line,
+                line: held.line,
             });
         }
         if self.cur.len > 0 {

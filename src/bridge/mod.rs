@@ -62,12 +62,6 @@ use crate::traffic_log::{LogOptions, TrafficLog};
 /// this is answered with an error instead of held.
 pub const HOLD_LIMIT: usize = 1024 * 1024;
 
-/// Most bytes of one of the app's lines starting with `[` (a batch's
-/// answer) kept to tell which batch it answers (by its first response).
-/// The client's batches keep their ids, not their bytes
-/// ([`BatchScanner`](crate::envelope::BatchScanner)).
-const BATCH_LIMIT: usize = HOLD_LIMIT;
-
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
 /// that a CLI showing "starting MCP server..." never hangs.

@@ -40,11 +40,15 @@ pub(crate) struct BatchIds {
 }
 
 impl BatchIds {
-    /// The ids of the array line `line` (whole, or its start).
-    pub(crate) fn of(line: &[u8]) -> BatchIds {
+    /// The ids of `line` (whole, or its start), if it is an array.
+    pub(crate) fn of(line: &[u8]) -> Option<BatchIds> {
+        if first_byte_after_space(line) != Some(b'[') {
+            // Most lines: no scanner made.
+            return None;
+        }
         let mut scanner = BatchScanner::new();
         scanner.feed(line);
-        scanner.finish().unwrap_or_default()
+        scanner.finish()
     }
 
     fn push(ids: &mut Vec<u8>, id: &[u8]) {
@@ -104,99 +108,111 @@ impl BatchScanner {
 
     /// The next bytes of the line (a `\n` ends it).
     pub(crate) fn feed(&mut self, bytes: &[u8]) {
-        let mut run = 0;
+        self.walk_elements(bytes, &mut |_, _| {});
+    }
+
+    /// Calls `each` with every element of the whole array line `line` (where
+    /// it is in `line`, blanks around it included) and its id when it is a
+    /// response: for the bridge, which rewrites an array of the client's
+    /// answers, without a walker of its own.
+    pub(crate) fn for_each_element(
+        line: &[u8],
+        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
+    ) {
+        let mut scanner = BatchScanner::new();
+        scanner.walk_elements(line, each);
+    }
+
+    // One copy, however many callers (the bridge-only build's size).
+    #[inline(never)]
+    fn walk_elements(
+        &mut self,
+        bytes: &[u8],
+        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
+    ) {
+        let mut from = 0;
         for (i, &b) in bytes.iter().enumerate() {
-            match self.walk {
-                Walk::Done => return,
-                Walk::Before => {
-                    match b {
-                        b'[' => {
-                            self.walk = Walk::In;
-                            self.array = true;
-                        }
-                        b' ' | b'\t' | b'\r' | 0xEF | 0xBB | 0xBF => {}
-                        _ => self.walk = Walk::Done,
+            if self.walk == Walk::Before {
+                match b {
+                    b'[' => {
+                        self.walk = Walk::In;
+                        self.array = true;
                     }
-                    run = i + 1;
-                    continue;
+                    b' ' | b'\t' | b'\r' | 0xEF | 0xBB | 0xBF => {}
+                    _ => self.walk = Walk::Done,
                 }
-                Walk::In => {}
+                from = i + 1;
+                continue;
             }
-            if self.string {
+            if self.walk == Walk::Done {
+                return;
+            }
+            let outside = !self.string && self.depth == 0;
+            if b == b'\n' || (outside && matches!(b, b',' | b']')) {
+                self.element.feed(&bytes[from..i], |_| {});
+                self.end_element(from..i, each);
+                from = i + 1;
+                if b != b',' {
+                    self.walk = Walk::Done;
+                }
+            } else if self.string {
                 match b {
                     _ if self.escaped => self.escaped = false,
                     b'\\' => self.escaped = true,
                     b'"' => self.string = false,
-                    b'\n' => {}
-                    _ => continue,
+                    _ => {}
                 }
-                if b != b'\n' {
-                    continue;
+            } else {
+                match b {
+                    b'"' => self.string = true,
+                    b'{' | b'[' => self.depth += 1,
+                    b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                    _ => {}
                 }
-            }
-            match b {
-                b'"' => self.string = true,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' if self.depth > 0 => self.depth -= 1,
-                b',' | b']' | b'\n' if self.depth == 0 || b == b'\n' => {
-                    self.element.feed(&bytes[run..i], |_| {});
-                    run = i + 1;
-                    self.end_element();
-                    if b != b',' {
-                        self.walk = Walk::Done;
-                    }
-                }
-                _ => {}
             }
         }
         if self.walk == Walk::In {
-            self.element.feed(&bytes[run..], |_| {});
+            self.element.feed(&bytes[from..], |_| {});
         }
     }
 
-    /// The ids read, if the line is an array; an element cut short (the
-    /// line ended inside the array) names the id it showed.
+    /// The ids read, if the line is an array (an element cut short, the
+    /// line ending inside it, names none).
     pub(crate) fn finish(&mut self) -> Option<BatchIds> {
-        if self.walk == Walk::In {
-            self.end_element();
-            self.walk = Walk::Done;
-        }
+        // The line's end, if it did not come.
+        self.feed(b"\n");
         Some(std::mem::take(&mut self.ids)).filter(|_| self.array)
     }
 
-    fn end_element(&mut self) {
+    fn end_element(
+        &mut self,
+        at: std::ops::Range<usize>,
+        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
+    ) {
         self.depth = 0;
         self.string = false;
         self.escaped = false;
-        // What the element showed before its end: for one cut short, all
-        // there is to go by.
-        let partial = self.element.partial();
-        let seen = match (partial.method && !partial.answer, partial.id) {
-            (true, Some(id)) => Some(id.to_vec()),
-            _ => None,
-        };
         let ids = &mut self.ids;
-        let mut ended = false;
         self.element.feed(b"\n", |envelope| {
-            ended = envelope.kind != Kind::Other;
+            let mut response = None;
             match (envelope.kind, envelope.id) {
                 (Kind::Request, id) => BatchIds::push(&mut ids.requests, id.unwrap_or(b"null")),
                 (Kind::Response | Kind::ErrorResponse, Some(id)) => {
-                    BatchIds::push(&mut ids.responses, id)
+                    BatchIds::push(&mut ids.responses, id);
+                    response = Some(id);
                 }
                 _ => {}
             }
+            each(at.clone(), response);
         });
-        if let (false, Some(id)) = (ended, seen) {
-            BatchIds::push(&mut self.ids.requests, &id);
-        }
     }
 }
 
 /// The raw ids of the requests (or, with `responses`, of the responses) in
 /// an array line, in order, each after a `\n` (see [`BatchIds`]).
+#[cfg(test)]
 pub(crate) fn batch_ids(line: &[u8], responses: bool) -> Vec<u8> {
-    let ids = BatchIds::of(line);
+    let ids = BatchIds::of(line).unwrap_or_default();
     if responses {
         ids.responses
     } else {
@@ -209,9 +225,9 @@ mod cut_tests {
     use super::{batch_ids, BatchIds, BatchScanner};
 
     #[test]
-    fn the_ids_of_a_batch_cut_short_are_read_as_far_as_it_goes() {
+    fn the_ids_of_a_batch_cut_short_are_those_of_its_whole_elements() {
         let cut = br#"[{"jsonrpc":"2.0","id":7,"method":"a","params":{"p":"xx"}},{"jsonrpc":"2.0","id":"s-8","method":"b","params":{"p":"xxxx"#;
-        assert_eq!(batch_ids(cut, false), b"\n7\n\"s-8\"".to_vec());
+        assert_eq!(batch_ids(cut, false), b"\n7".to_vec());
     }
 
     #[test]
@@ -230,7 +246,7 @@ mod cut_tests {
         line.extend_from_slice(br#"{"jsonrpc":"2.0","method":"n"},{"id":"r","result":{"id":9}}]"#);
         line.push(b'\n');
         assert!(line.len() > 2 * 1024 * 1024);
-        let whole = BatchIds::of(&line);
+        let whole = BatchIds::of(&line).unwrap();
         let wanted: Vec<u8> = (0..300)
             .flat_map(|n| format!("\n{}", n).into_bytes())
             .collect();

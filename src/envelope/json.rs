@@ -16,13 +16,6 @@
 /// member. Keys are compared as written (an escaped key does not match).
 /// Only for whole, bounded values: it walks, it does not validate.
 pub(crate) fn member<'a>(object: &'a [u8], key: &str) -> Option<&'a [u8]> {
-    member_at(object, key).map(|at| &object[at])
-}
-
-/// Where in `object` the raw value of member `key` is (see [`member`]):
-/// for the one place a value is rewritten, the envelope's own `id`, never
-/// one nested inside it.
-pub(crate) fn member_at(object: &[u8], key: &str) -> Option<std::ops::Range<usize>> {
     let mut i = skip_space(object, 0);
     if object.get(i) != Some(&b'{') {
         return None;
@@ -49,7 +42,7 @@ pub(crate) fn member_at(object: &[u8], key: &str) -> Option<std::ops::Range<usiz
         i = skip_space(object, i + 1);
         let end = value_end(object, i)?;
         if name == key.as_bytes() {
-            found = Some(i..end);
+            found = Some(&object[i..end]);
         }
         i = end;
     }

@@ -25,8 +25,7 @@ pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
 use super::answer::{self, Answer, Reason};
 use super::cache::Cache;
 use crate::envelope::json::member;
-use crate::envelope::json::{for_each_array_element, member_at};
-use crate::envelope::{BatchIds, Envelope, Kind, Partial, Scanner};
+use crate::envelope::{BatchIds, BatchScanner, Envelope, Kind, Partial};
 
 /// Most ids of open app-to-client requests remembered per session: an app
 /// has a handful open at a time.
@@ -361,14 +360,10 @@ impl Ledger {
         let online = mode == Mode::Online;
         match line {
             Line::Rewritten => Verdict::Drop,
-            Line::Reply(id) if self.app_requests.is_stale(id) => {
-                // The answer to a gone instance's question: not for the next
-                // one, which may ask under the same id.
-                self.app_requests.client_replied(id);
-                Verdict::Drop
-            }
-            Line::Reply(_) if mode == Mode::Absent => Verdict::Drop,
-            Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
+            // An answer to a gone instance's question (not for the next
+            // one, which may ask under the same id) is taken out by
+            // `reply_line`.
+            Line::Reply(_) | Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
             Line::Request {
                 id: Some(id),
                 method: Method::Listen,
@@ -457,20 +452,15 @@ impl Ledger {
         };
         self.app_requests.client_replied(id);
         // The envelope's own id, never a value inside the result.
-        let rewritten = text.and_then(|text| {
-            let at = member_at(text, "id")?;
-            Some(replace_at(text, at, &app_id))
-        });
+        let rewritten = text.and_then(|text| Some(replace_at(text, member(text, "id")?, &app_id)));
         match rewritten {
             Some(line) => Rewrite::Replace(line),
             None => {
-                let answer = Answer::new(
-                    Reason::IdInUse,
+                self.id_in_use(
+                    &app_id,
                     "mcp-bridge: the client's reply to this request was too long to carry \
                      under the request's own id; ask again",
-                    &self.endpoint,
                 );
-                self.owed_app.extend_from_slice(&answer.to(&app_id));
                 Rewrite::Drop
             }
         }
@@ -480,27 +470,18 @@ impl Ledger {
     fn replies_in(&mut self, text: &[u8]) -> Rewrite {
         let mut out = b"[".to_vec();
         let mut changed = false;
-        let mut scanner = Scanner::new();
-        for_each_array_element(text, &mut |element| {
-            let mut id = None;
-            scanner.feed(element, |_| {});
-            scanner.feed(b"\n", |envelope| {
-                if let (Kind::Response | Kind::ErrorResponse, Some(raw)) =
-                    (envelope.kind, envelope.id)
-                {
-                    id = Some(raw.to_vec());
-                }
-            });
-            let decided = match &id {
+        BatchScanner::for_each_element(text, &mut |at, id| {
+            let element = &text[at];
+            let decided = match id {
                 Some(id) => self.one_reply(id, Some(element)),
                 None => Rewrite::Keep,
             };
-            let kept: &[u8] = match &decided {
+            let kept = match &decided {
                 Rewrite::Keep => element,
                 Rewrite::Replace(element) => element,
                 Rewrite::Drop => &[],
             };
-            changed |= !matches!(decided, Rewrite::Keep);
+            changed |= decided != Rewrite::Keep;
             if !kept.is_empty() {
                 if out.len() > 1 {
                     out.push(b',');
@@ -725,10 +706,8 @@ impl Ledger {
                 let mapped = match text {
                     Some(text) if decided.is_none() && start + id.len() <= text.len() => {
                         let shown = self.app_requests.next_mapped();
-                        let mut line = Vec::with_capacity(text.len() + shown.len());
-                        line.extend_from_slice(&text[..start]);
-                        line.extend_from_slice(&shown);
-                        line.extend_from_slice(&text[start + id.len()..]);
+                        let at = &text[start..start + id.len()];
+                        let mut line = replace_at(text, at, &shown);
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
@@ -747,14 +726,12 @@ impl Ledger {
                         true
                     }
                     None => {
-                        let answer = Answer::new(
-                            Reason::IdInUse,
+                        self.id_in_use(
+                            id,
                             "mcp-bridge: the client may still answer this id for the app's \
                              previous instance, and this request is too long to give another; \
                              ask again under another id",
-                            &self.endpoint,
                         );
-                        self.owed_app.extend_from_slice(&answer.to(id));
                         false
                     }
                 }
@@ -833,22 +810,26 @@ impl Ledger {
         }
     }
 
+    /// Answers the app's question `id` with `id_in_use`, saying `why`
+    /// (a sentence of the bridge's own, `mcp-bridge: ` first).
+    fn id_in_use(&mut self, id: &[u8], why: &'static str) {
+        let answer = Answer::new(Reason::IdInUse, why, &self.endpoint);
+        self.owed_app.extend_from_slice(&answer.to(id));
+    }
+
     /// The app's `notifications/cancelled` (whole): whether it goes on to
     /// the client as it is. One for a question the client knows under an id
     /// of the bridge's goes out under that id instead, in its place.
     fn app_cancelled(&mut self, text: &[u8]) -> bool {
-        let at = match member_at(text, "params") {
-            Some(params) => match member_at(&text[params.clone()], "requestId") {
-                Some(id) => params.start + id.start..params.start + id.end,
-                None => return true,
-            },
+        let id = match member(text, "params").and_then(|p| member(p, "requestId")) {
+            Some(id) => id,
             None => return true,
         };
-        let shown = match self.app_requests.app_cancelled(&text[at.clone()]) {
+        let shown = match self.app_requests.app_cancelled(id) {
             Some(shown) => shown,
             None => return true,
         };
-        let mut line = replace_at(text, at, &shown);
+        let mut line = replace_at(text, id, &shown);
         if line.last() != Some(&b'\n') {
             line.push(b'\n');
         }
@@ -899,10 +880,10 @@ impl Ledger {
         }
     }
 
-    /// An array line from the app (a batch's answer; `whole`: kept whole):
-    /// the batch it answers is settled.
-    pub(super) fn app_array(&mut self, line: &[u8], whole: bool) {
-        self.batches.answered(line, whole);
+    /// An array line from the app (a batch's answer), by the ids of the
+    /// responses in it: the batch it answers is settled.
+    pub(super) fn app_array(&mut self, responses: &[u8]) {
+        self.batches.answered(responses);
     }
 
     /// A request of the bridge's own for the current instance: its id.
@@ -1051,26 +1032,18 @@ impl AppRequests {
         app_id
     }
 
-    /// The app cancelled its question `app_id` (its own id): the question
-    /// is over, and the id the client knows it by, if the bridge gave it
-    /// one, when it did.
+    /// The app cancelled its question `app_id` (its own id): if the bridge
+    /// gave it an id of its own, the question is over, and that id is the
+    /// one the client knows it by.
     fn app_cancelled(&mut self, app_id: &[u8]) -> Option<Vec<u8>> {
         let wanted = id_key(app_id);
-        let mapped = self.open.iter().find_map(|(key, (_, app))| {
+        let shown = self.open.values().find_map(|(shown, app)| {
             let app = app.as_deref()?;
-            (id_key(app) == wanted).then(|| key.clone())
-        });
-        match mapped {
-            Some(key) => {
-                let (shown, _) = self.open.remove(&key)?;
-                self.go_stale(key);
-                Some(shown)
-            }
-            None => {
-                self.open.remove(&wanted);
-                None
-            }
-        }
+            (id_key(app) == wanted).then(|| shown.clone())
+        })?;
+        // As if the client had answered it: over, and its id stale.
+        self.client_replied(&shown);
+        Some(shown)
     }
 
     fn go_stale(&mut self, key: Vec<u8>) {
@@ -1083,21 +1056,22 @@ impl AppRequests {
     /// their ids as the client saw them.
     fn hung_up(&mut self) -> Vec<Vec<u8>> {
         let mut gone = Vec::with_capacity(self.open.len());
-        for (key, (shown, _)) in self.open.drain() {
-            if self.stale.len() < STALE_LIMIT {
-                self.stale.insert(key, ());
-            }
+        for (key, (shown, _)) in std::mem::take(&mut self.open) {
+            self.go_stale(key);
             gone.push(shown);
         }
         gone
     }
 }
 
-/// `text` with the bytes at `at` (a value in it) written as `new`.
-fn replace_at(text: &[u8], at: std::ops::Range<usize>, new: &[u8]) -> Vec<u8> {
+/// `text` with `value` (a slice of it: a value [`member`] found, so the
+/// one at the level it looked at, never one nested deeper) written as
+/// `new`.
+fn replace_at(text: &[u8], value: &[u8], new: &[u8]) -> Vec<u8> {
+    let start = value.as_ptr() as usize - text.as_ptr() as usize;
     let mut line = Vec::with_capacity(text.len() + new.len());
-    line.extend_from_slice(&text[..at.start]);
+    line.extend_from_slice(&text[..start]);
     line.extend_from_slice(new);
-    line.extend_from_slice(&text[at.end..]);
+    line.extend_from_slice(&text[start + value.len()..]);
     line
 }
