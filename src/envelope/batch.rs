@@ -59,6 +59,10 @@ impl BatchIds {
     }
 }
 
+/// What is called with each element of an array: where it is in what was
+/// fed, and its id when it is a response.
+type Each<'a> = dyn FnMut(std::ops::Range<usize>, Option<&[u8]>) + 'a;
+
 /// Where the walk of an array line is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Walk {
@@ -115,47 +119,28 @@ impl BatchScanner {
     /// it is in `line`, blanks around it included) and its id when it is a
     /// response: for the bridge, which rewrites an array of the client's
     /// answers, without a walker of its own.
-    pub(crate) fn for_each_element(
-        line: &[u8],
-        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
-    ) {
+    pub(crate) fn for_each_element(line: &[u8], each: &mut Each<'_>) {
         let mut scanner = BatchScanner::new();
         scanner.walk_elements(line, each);
     }
 
-    // One copy, however many callers (the bridge-only build's size).
-    #[inline(never)]
-    fn walk_elements(
-        &mut self,
-        bytes: &[u8],
-        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
-    ) {
-        let mut from = 0;
-        for (i, &b) in bytes.iter().enumerate() {
-            if self.walk == Walk::Before {
-                match b {
-                    b'[' => {
-                        self.walk = Walk::In;
-                        self.array = true;
-                    }
-                    b' ' | b'\t' | b'\r' | 0xEF | 0xBB | 0xBF => {}
-                    _ => self.walk = Walk::Done,
+    fn walk_elements(&mut self, bytes: &[u8], each: &mut Each<'_>) {
+        let mut i = 0;
+        while self.walk == Walk::Before && i < bytes.len() {
+            match bytes[i] {
+                b'[' => {
+                    self.walk = Walk::In;
+                    self.array = true;
                 }
-                from = i + 1;
-                continue;
+                b' ' | b'\t' | b'\r' | 0xEF | 0xBB | 0xBF => {}
+                _ => self.walk = Walk::Done,
             }
-            if self.walk == Walk::Done {
-                return;
-            }
-            let outside = !self.string && self.depth == 0;
-            if b == b'\n' || (outside && matches!(b, b',' | b']')) {
-                self.element.feed(&bytes[from..i], |_| {});
-                self.end_element(from..i, each);
-                from = i + 1;
-                if b != b',' {
-                    self.walk = Walk::Done;
-                }
-            } else if self.string {
+            i += 1;
+        }
+        let mut from = i;
+        while self.walk == Walk::In && i < bytes.len() {
+            let b = bytes[i];
+            if self.string {
                 match b {
                     _ if self.escaped => self.escaped = false,
                     b'\\' => self.escaped = true,
@@ -166,10 +151,20 @@ impl BatchScanner {
                 match b {
                     b'"' => self.string = true,
                     b'{' | b'[' => self.depth += 1,
-                    b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                    b'}' | b']' if self.depth > 0 => self.depth -= 1,
                     _ => {}
                 }
             }
+            let outside = !self.string && self.depth == 0;
+            if b == b'\n' || (outside && matches!(b, b',' | b']')) {
+                self.element.feed(&bytes[from..i], |_| {});
+                self.end_element(from..i, each);
+                from = i + 1;
+                if b != b',' {
+                    self.walk = Walk::Done;
+                }
+            }
+            i += 1;
         }
         if self.walk == Walk::In {
             self.element.feed(&bytes[from..], |_| {});
@@ -181,14 +176,13 @@ impl BatchScanner {
     pub(crate) fn finish(&mut self) -> Option<BatchIds> {
         // The line's end, if it did not come.
         self.feed(b"\n");
-        Some(std::mem::take(&mut self.ids)).filter(|_| self.array)
+        match self.array {
+            true => Some(std::mem::take(&mut self.ids)),
+            false => None,
+        }
     }
 
-    fn end_element(
-        &mut self,
-        at: std::ops::Range<usize>,
-        each: &mut dyn FnMut(std::ops::Range<usize>, Option<&[u8]>),
-    ) {
+    fn end_element(&mut self, at: std::ops::Range<usize>, each: &mut Each<'_>) {
         self.depth = 0;
         self.string = false;
         self.escaped = false;

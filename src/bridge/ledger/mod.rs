@@ -442,15 +442,13 @@ impl Ledger {
 
     /// One answer `text` (a line, or an element of an array) under `id`.
     fn one_reply(&mut self, id: &[u8], text: Option<&[u8]>) -> Rewrite {
-        if self.app_requests.is_stale(id) {
-            self.app_requests.client_replied(id);
-            return Rewrite::Drop;
-        }
-        let app_id = match self.app_requests.mapped(id) {
-            Some(app_id) => app_id.to_vec(),
+        let stale = self.app_requests.is_stale(id);
+        // Answered now (it goes on, if it does, to the instance that asked).
+        let app_id = match self.app_requests.client_replied(id) {
+            _ if stale => return Rewrite::Drop,
+            Some(app_id) => app_id,
             None => return Rewrite::Keep,
         };
-        self.app_requests.client_replied(id);
         // The envelope's own id, never a value inside the result.
         let rewritten = text.and_then(|text| Some(replace_at(text, member(text, "id")?, &app_id)));
         match rewritten {
@@ -458,8 +456,8 @@ impl Ledger {
             None => {
                 self.id_in_use(
                     &app_id,
-                    "mcp-bridge: the client's reply to this request was too long to carry \
-                     under the request's own id; ask again",
+                    "mcp-bridge: the client's reply was too long to carry under this \
+                     request's own id; ask again",
                 );
                 Rewrite::Drop
             }
@@ -481,7 +479,7 @@ impl Ledger {
                 Rewrite::Replace(element) => element,
                 Rewrite::Drop => &[],
             };
-            changed |= decided != Rewrite::Keep;
+            changed |= !matches!(decided, Rewrite::Keep);
             if !kept.is_empty() {
                 if out.len() > 1 {
                     out.push(b',');
@@ -1056,8 +1054,10 @@ impl AppRequests {
     /// their ids as the client saw them.
     fn hung_up(&mut self) -> Vec<Vec<u8>> {
         let mut gone = Vec::with_capacity(self.open.len());
-        for (key, (shown, _)) in std::mem::take(&mut self.open) {
-            self.go_stale(key);
+        for (key, (shown, _)) in self.open.drain() {
+            if self.stale.len() < STALE_LIMIT {
+                self.stale.insert(key, ());
+            }
             gone.push(shown);
         }
         gone
@@ -1069,9 +1069,5 @@ impl AppRequests {
 /// `new`.
 fn replace_at(text: &[u8], value: &[u8], new: &[u8]) -> Vec<u8> {
     let start = value.as_ptr() as usize - text.as_ptr() as usize;
-    let mut line = Vec::with_capacity(text.len() + new.len());
-    line.extend_from_slice(&text[..start]);
-    line.extend_from_slice(new);
-    line.extend_from_slice(&text[start + value.len()..]);
-    line
+    [&text[..start], new, &text[start + value.len()..]].concat()
 }
