@@ -69,7 +69,7 @@ COMBINATIONS=(
 
 # The tests that are the bridge's own: each must pass against the
 # bridge-only binary as against the full one.
-BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test sessions --test trust --test stdio_kinds --test app_name --test cache)
+BRIDGE_TESTS=(--lib --bins --test bridge --test bridge_faults --test survive --test sessions --test replies --test trust --test stdio_kinds --test app_name --test cache)
 
 # Builds one release binary with `features` (word-split on purpose) and
 # checks its size against the ceiling `limit`; prints the size and how far

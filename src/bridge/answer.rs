@@ -120,7 +120,7 @@ impl Answer {
     }
 
     /// One array of error responses for `ids` (newline-separated, each
-    /// after a `\n`, as [`batch_ids`](crate::envelope::batch_ids) gives).
+    /// after a `\n`, as [`BatchIds`](crate::envelope::BatchIds) gives).
     pub(super) fn to_ids(&self, ids: &[u8]) -> Vec<u8> {
         array_of_errors(ids, ERROR_CODE, &self.message, Some(&self.data))
     }

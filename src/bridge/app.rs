@@ -21,8 +21,7 @@ use std::cell::RefCell;
 use futures_lite::io::{AsyncRead, AsyncReadExt};
 
 use super::ledger::{Early, Ledger};
-use super::BATCH_LIMIT;
-use crate::envelope::{first_byte_after_space, Kind, Scanner};
+use crate::envelope::{first_byte_after_space, BatchIds, BatchScanner, Kind, Scanner};
 use crate::io::BUFFER_SIZE;
 
 /// The line in progress.
@@ -58,9 +57,10 @@ pub(super) struct AppSide {
     end: usize,
     written: usize,
     cur: Down,
-    /// The line in progress when it is an array (a batch's answer), as far
+    /// The line in progress when it is an array (a batch's answer): its
+    /// ids, read as it streams.
     /// as it is kept.
-    array: Option<Vec<u8>>,
+    array: Option<BatchScanner>,
     /// Where each line the chunk being decided ends, whether it goes on,
     /// and where the lines the bridge owes the client because of it end in
     /// the ledger's queue (reused).
@@ -180,18 +180,15 @@ impl AppSide {
                 }
                 if envelope.kind == Kind::Other {
                     // An array: a batch's answer, which settles that batch.
-                    match kept_array {
-                        Some(mut kept) => {
-                            keep_array(&mut kept, &buf[from..end]);
-                            ledger.app_array(&kept, kept.len() < BATCH_LIMIT);
+                    let ids = match kept_array {
+                        Some(mut batch) => {
+                            batch.feed(&buf[from..end]);
+                            batch.finish()
                         }
-                        None => {
-                            if let Some(line) =
-                                text.filter(|t| first_byte_after_space(t) == Some(b'['))
-                            {
-                                ledger.app_array(line, line.len() < BATCH_LIMIT);
-                            }
-                        }
+                        None => text.and_then(BatchIds::of),
+                    };
+                    if let Some(ids) = ids {
+                        ledger.app_array(&ids.responses);
                     }
                 }
                 let goes_on = ledger.app_line(&envelope, text.filter(|_| early.is_none()), early);
@@ -230,10 +227,10 @@ impl AppSide {
             // The line in progress: decided as soon as it can be.
             let tail = &self.buf[read..to];
             if self.cur.len == 0 && first_byte_after_space(tail) == Some(b'[') {
-                array = Some(Vec::new());
+                array = Some(BatchScanner::new());
             }
-            if let Some(kept) = &mut array {
-                keep_array(kept, tail);
+            if let Some(batch) = &mut array {
+                batch.feed(tail);
             }
             self.keep(read, to - read);
             if self.cur.early.is_none() {
@@ -341,9 +338,4 @@ impl AppSide {
             self.buf.shrink_to_fit();
         }
     }
-}
-
-fn keep_array(kept: &mut Vec<u8>, bytes: &[u8]) {
-    let room = BATCH_LIMIT.saturating_sub(kept.len());
-    kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
 }

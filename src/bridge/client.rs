@@ -24,7 +24,13 @@
 //! line ends.
 //!
 //! Reading and deciding happen in the buffer, in place: a chunk is scanned
-//! where it was read, and bytes move only when a line is taken out.
+//! where it was read, and bytes move only when a line is taken out, or
+//! rewritten: the client's answer to a question the bridge gave an id of
+//! its own goes to the app under the app's id in the line's own place, so
+//! it overtakes none of the client's lines before it. A batch's ids are
+//! read as the line streams ([`BatchScanner`]), so every request in it is
+//! followed whatever its length, and a line the bridge answers keeps none
+//! of its bytes.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -34,9 +40,9 @@ use std::time::Instant;
 use futures_lite::io::{AsyncRead, AsyncReadExt};
 
 use super::answer::Answer;
-use super::ledger::{Early, Ledger, Line, Mode, Verdict, RECORDED};
-use super::{BATCH_LIMIT, HOLD_LIMIT};
-use crate::envelope::{first_byte_after_space, Scanner};
+use super::ledger::{Early, Ledger, Line, Mode, Rewrite, Verdict, RECORDED};
+use super::HOLD_LIMIT;
+use crate::envelope::{first_byte_after_space, BatchIds, BatchScanner, Scanner};
 use crate::io::BUFFER_SIZE;
 
 /// Longest line kept whole while it is relayed, so that an app that goes
@@ -51,8 +57,8 @@ const KEEP_LIMIT: usize = 256 * 1024;
 enum Fate {
     /// Its bytes go to the app (now, or when one comes).
     Relay,
-    /// The bridge answers it (there is no app); its bytes are kept only
-    /// to read a batch's ids at its end.
+    /// The bridge answers it (there is no app); its bytes are not kept
+    /// (a batch's ids are read as it streams).
     Refuse(Rc<Answer>),
     /// It did not fit in what may be held: dropped, and answered.
     Overflow,
@@ -140,10 +146,10 @@ pub(super) struct ClientSide<R> {
     /// buffer, while nothing was sent after it: if the instance goes away
     /// with what it was sent unread, this line is the unread one.
     last_taken: Option<(usize, usize)>,
-    /// The line in progress, when it is an array (a batch): its first
-    /// [`BATCH_LIMIT`] bytes, so that the requests in them are followed
-    /// however long the line is, kept or not.
-    array: Option<Vec<u8>>,
+    /// The line in progress, when it may be an array (a batch): its ids,
+    /// read as it streams, so that every request in it is followed however
+    /// long the line is, kept or not.
+    batch: Option<BatchScanner>,
 }
 
 impl<R: AsyncRead + Unpin> ClientSide<R> {
@@ -163,7 +169,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             ended: Vec::new(),
             boundary: true,
             last_taken: None,
-            array: None,
+            batch: None,
         }
     }
 
@@ -185,8 +191,13 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             self.eof = Some(crate::clock::now());
             // A last line without its `\n` is still a line.
             let mut last = None;
-            self.scanner
-                .finish(|envelope| last = Some(Line::of(&envelope, None)));
+            let mut batch = self.batch.take();
+            self.scanner.finish(|envelope| {
+                last = Some(Line::of(
+                    &envelope,
+                    batch.as_mut().and_then(BatchScanner::finish),
+                ))
+            });
             if let Some(line) = last {
                 self.line_ended(line, &mut ledger);
             }
@@ -201,59 +212,56 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         let from = self.end;
         let to = from + n;
         let mut ended = std::mem::take(&mut self.ended);
-        let mut carried = self.array.take();
+        let mut carried = self.batch.take();
         {
             // Where each line the chunk ends ends (in the chunk as read),
             // and what it is.
             let buf = &self.buf;
-            let (cur_start, cur_len, cur_kept) = (self.cur.start, self.cur.len, self.cur.kept);
             let mut at = from;
             self.scanner.feed(&buf[from..to], |envelope| {
                 let first = at == from;
-                let whole = envelope.len as usize;
-                let (start, end) = if first {
-                    (cur_start, from + whole - cur_len)
-                } else {
-                    (at, at + whole)
-                };
-                let line = match carried.take().filter(|_| first) {
-                    // An array begun in an earlier chunk: as far as kept.
-                    Some(mut kept) => {
-                        keep_array(&mut kept, &buf[from..end]);
-                        Line::of(&envelope, Some(&kept))
+                let end = at + envelope.len as usize - if first { self.cur.len } else { 0 };
+                let batch = match carried.take().filter(|_| first) {
+                    // Begun in an earlier chunk, as an array or blanks.
+                    Some(mut batch) => {
+                        batch.feed(&buf[from..end]);
+                        batch.finish()
                     }
-                    // Not an array, or one in this chunk or kept whole.
-                    None if first && !cur_kept => Line::of(&envelope, None),
-                    None => {
-                        let text = Some(&buf[start..end]);
-                        let array = text.filter(|t| first_byte_after_space(t) == Some(b'['));
-                        Line::of(&envelope, array)
-                    }
+                    None if first && self.cur.len > 0 => None,
+                    None => BatchIds::of(&buf[at..end]),
                 };
-                ended.push((end, line));
+                ended.push((end, Line::of(&envelope, batch)));
                 at = end;
             });
         }
         let continuing = ended.is_empty();
         // Bytes move left only past a line taken out: `self.end` (where
-        // kept bytes go) trails `read`.
+        // kept bytes go) trails `read`. A line rewritten in place moves
+        // what follows it by `shift`.
         let mut read = from;
+        let mut shift = 0isize;
         for (line_end, line) in ended.drain(..) {
+            let line_end = moved(line_end, shift);
             self.keep(read, line_end - read);
-            read = line_end;
-            self.line_ended(line, ledger);
+            let by = self.line_ended(line, ledger);
+            read = moved(line_end, by);
+            shift += by;
         }
+        let to = moved(to, shift);
         if read < to {
             let tail = &self.buf[read..to];
-            self.array = match carried {
-                Some(kept) if continuing => Some(kept),
-                _ if self.cur.len == 0 && first_byte_after_space(tail) == Some(b'[') => {
-                    Some(Vec::new())
+            self.batch = match carried {
+                Some(batch) if continuing => Some(batch),
+                // An array, or blanks that may start one.
+                _ if self.cur.len == 0
+                    && matches!(first_byte_after_space(tail), Some(b'[') | None) =>
+                {
+                    Some(BatchScanner::new())
                 }
                 _ => None,
             };
-            if let Some(kept) = &mut self.array {
-                keep_array(kept, tail);
+            if let Some(batch) = &mut self.batch {
+                batch.feed(tail);
             }
             self.keep(read, to - read);
             self.decide_early(ledger);
@@ -273,10 +281,15 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             Fate::Relay => {
                 self.cur.early != Some(Early::Drop) && (self.cur.kept || self.mode == Mode::Online)
             }
-            Fate::Refuse(_) => self.cur.kept,
-            Fate::Overflow | Fate::Interrupted => false,
+            Fate::Refuse(_) | Fate::Overflow | Fate::Interrupted => false,
         };
         if !goes_in {
+            if !matches!(self.cur.fate, Fate::Relay) && self.cur.kept {
+                // Answered by the bridge: none of it is kept (what was,
+                // while it was to be relayed, goes).
+                self.end = self.cur.start;
+                self.cur.kept = false;
+            }
             return;
         }
         if read != self.end {
@@ -294,10 +307,6 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             // Relayed as it comes; only no longer whole here (a hang-up in
             // it can no longer be repaired).
             Fate::Relay if self.mode == Mode::Online && line > KEEP_LIMIT => self.cur.kept = false,
-            Fate::Refuse(_) if line > HOLD_LIMIT => {
-                self.end = self.cur.start;
-                self.cur.kept = false;
-            }
             _ => {}
         }
     }
@@ -325,15 +334,7 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             Early::Forward
         } else if partial.answer {
             match partial.id {
-                // Read whole: it goes to the app under the app's own id.
-                Some(id) if ledger.is_mapped(id) => Early::Wait,
-                Some(id) => {
-                    let line = Line::Reply(id.to_vec());
-                    match ledger.decide(&line, Mode::Online) {
-                        Verdict::Drop => Early::Drop,
-                        _ => Early::Forward,
-                    }
-                }
+                Some(id) => ledger.reply_early(id),
                 None => Early::Wait,
             }
         } else {
@@ -345,10 +346,12 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             .apply(cur.start, &mut self.end, &mut cur.kept, &mut cur.early);
     }
 
-    /// The line in progress ended (its kept bytes end at `self.end`).
-    fn line_ended(&mut self, line: Line, ledger: &mut Ledger) {
+    /// The line in progress ended (its kept bytes end at `self.end`). How
+    /// far what follows it in the buffer moved (a line rewritten in place).
+    fn line_ended(&mut self, line: Line, ledger: &mut Ledger) -> isize {
         let cur = std::mem::replace(&mut self.cur, Current::at(self.end));
         let start = if cur.kept { cur.start } else { self.end };
+        let mut shift = 0;
         match cur.fate {
             Fate::Overflow => ledger.refused(&line, &self.refusals.overflow),
             Fate::Interrupted => ledger.refused(&line, &self.refusals.interrupted),
@@ -359,28 +362,52 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
                 self.end = start;
             }
             Fate::Relay if cur.early == Some(Early::Drop) => {}
-            Fate::Relay if matches!(&line, Line::Reply(id) if ledger.is_mapped(id)) => {
-                if let Line::Reply(id) = &line {
-                    let text = Some(&self.buf[start..self.end]).filter(|_| cur.kept);
-                    ledger.mapped_reply(id, text);
-                }
-                self.end = start;
+            Fate::Relay if cur.early == Some(Early::Forward) => {
+                // Going out as it came: only what it teaches is decided.
+                let line = match ledger.reply_line(&line, None) {
+                    Rewrite::Keep => line,
+                    _ => Line::Rewritten,
+                };
+                self.hold(start, line);
             }
             Fate::Relay => {
                 let verdict = ledger.decide(&line, self.mode);
-                if verdict == Verdict::Forward || cur.early == Some(Early::Forward) {
-                    self.lines.push_back(Held {
-                        start,
-                        end: self.end,
-                        line,
-                    });
-                } else {
+                let text = Some(&self.buf[start..self.end]).filter(|_| cur.kept);
+                let rewrite = match verdict {
+                    Verdict::Forward => ledger.reply_line(&line, text),
+                    _ => Rewrite::Drop,
+                };
+                match rewrite {
+                    Rewrite::Keep => self.hold(start, line),
                     // Undecided until now, so none of it was sent.
-                    self.end = start;
+                    Rewrite::Drop => self.end = start,
+                    Rewrite::Replace(bytes) => {
+                        // In the line's place: it overtakes nothing.
+                        let (old, new) = (self.end - start, bytes.len());
+                        let len = self.buf.len();
+                        if new > old {
+                            self.buf.resize(len + new - old, 0);
+                        }
+                        self.buf.copy_within(self.end..len, start + new);
+                        self.buf[start..start + new].copy_from_slice(&bytes);
+                        self.end = start + new;
+                        shift = new as isize - old as isize;
+                        self.hold(start, Line::Rewritten);
+                    }
                 }
             }
         }
         self.cur.start = self.end;
+        shift
+    }
+
+    /// The line from `start` to the end of the data goes on.
+    fn hold(&mut self, start: usize, line: Line) {
+        self.lines.push_back(Held {
+            start,
+            end: self.end,
+            line,
+        });
     }
 
     /// What may go to the app now: the whole lines, and the line in
@@ -443,8 +470,12 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         };
         let mut scanner = Scanner::recording(RECORDED);
         let mut line = None;
-        scanner.feed(&self.buf[start..end], |envelope| {
-            line = Some(Line::of(&envelope, None));
+        let text = &self.buf[start..end];
+        // An array is decided as one too: a batch of replies goes nowhere,
+        // a batch of requests is no longer in flight.
+        let mut batch = BatchIds::of(text);
+        scanner.feed(text, |envelope| {
+            line = Some(Line::of(&envelope, batch.take()));
         });
         let line = match line {
             Some(line) => line,
@@ -531,6 +562,11 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             if ledger.decide(&held.line, Mode::Holding) != Verdict::Forward {
                 continue;
             }
+            if matches!(held.line, Line::Reply(_) | Line::Replies(_)) {
+                // The client's answers to the app are the instance's that
+                // asked, which is gone: they go to no other.
+                continue;
+            }
             let start = buf.len();
             buf.extend_from_slice(&self.buf[held.start..held.end]);
             lines.push_back(Held {
@@ -585,15 +621,11 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
             if matches!(self.cur.fate, Fate::Relay) {
                 self.cur.fate = Fate::Refuse(Rc::clone(&answer));
             }
-            if self.cur.kept {
-                self.buf.copy_within(self.cur.start..self.end, 0);
-                self.end -= self.cur.start;
-            } else {
-                self.end = 0;
-            }
-        } else {
-            self.end = 0;
+            // Its envelope and a batch's ids are read as it streams: none
+            // of its bytes are needed.
+            self.cur.kept = false;
         }
+        self.end = 0;
         self.cur.start = 0;
         self.sent = 0;
         self.mode = Mode::Absent;
@@ -607,10 +639,9 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
     }
 }
 
-/// Adds `bytes` to the kept start of an array line, up to [`BATCH_LIMIT`].
-fn keep_array(kept: &mut Vec<u8>, bytes: &[u8]) {
-    let room = BATCH_LIMIT.saturating_sub(kept.len());
-    kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+/// A position in the buffer after what is before it moved by `shift`.
+fn moved(at: usize, shift: isize) -> usize {
+    (at as isize + shift) as usize
 }
 
 #[cfg(test)]

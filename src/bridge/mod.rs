@@ -65,10 +65,6 @@ use crate::traffic_log::{LogOptions, TrafficLog};
 /// this is answered with an error instead of held.
 pub const HOLD_LIMIT: usize = 1024 * 1024;
 
-/// Most bytes of one line starting with `[` (a JSON-RPC batch) kept while
-/// it is followed, so that each request in it can be answered.
-const BATCH_LIMIT: usize = HOLD_LIMIT;
-
 /// How long the bridge waits for the app's endpoint unless told otherwise.
 /// Long enough for an app that is still starting its listener, short enough
 /// that a CLI showing "starting MCP server..." never hangs.

@@ -47,7 +47,7 @@ pub(crate) fn push_error_response(
 }
 
 /// One array with an error response per id in `ids` (as
-/// [`batch_ids`](super::batch::batch_ids) gives them), on one line, or
+/// [`BatchIds`](super::BatchIds) gives them), on one line, or
 /// nothing when there is none.
 pub(crate) fn array_of_errors(
     ids: &[u8],

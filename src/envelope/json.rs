@@ -87,10 +87,10 @@ fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
 /// Calls `each` with every element of the JSON array that starts `json`
 /// (after blanks and a byte order mark), as a slice of it without the blanks
 /// around it, empty ones skipped: strings and nesting are followed, nothing
-/// is validated or decoded. `false` if `json` is not an array. Shared by
-/// the bridge (the requests of a batch line) and doctor (the items of a
-/// page), neither of which builds a tree; compiled once, over a `dyn`
-/// callback.
+/// is validated or decoded. `false` if `json` is not an array. For doctor
+/// (the items of a page), which builds no tree; the bridge walks its
+/// batches as they stream ([`BatchScanner`](super::BatchScanner)).
+#[cfg(any(feature = "doctor", test))]
 pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -> bool {
     let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let json = json.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(json);
@@ -134,6 +134,7 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
 /// `from` on that is outside a string (its quotes included in the
 /// string), until `each` returns `false`: the structure of a JSON text,
 /// walked once for the array walker here and doctor's nesting depth.
+#[cfg(any(feature = "doctor", test))]
 pub(crate) fn for_each_outside_strings(
     json: &[u8],
     from: usize,

@@ -57,7 +57,9 @@ pub(crate) mod json;
 mod tests;
 mod values;
 
-pub(crate) use batch::{batch_ids, first_byte_after_space};
+#[cfg(test)]
+pub(crate) use batch::batch_ids;
+pub(crate) use batch::{first_byte_after_space, BatchIds, BatchScanner};
 #[cfg(any(feature = "host", test))]
 pub(crate) use error_line::error_response_line;
 pub(crate) use error_line::{array_of_errors, push_error_response};

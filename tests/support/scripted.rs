@@ -715,3 +715,100 @@ pub fn host_process() {
         std::process::exit(0);
     });
 }
+
+// ---------------------------------------------------------------------------
+// An instance the test drives line by line
+
+/// An app instance the test drives line by line, where a [`Script`] cannot
+/// say it (`tests/replies.rs`): it reads only when told, so that what the
+/// bridge sends can be left unread when it goes
+/// ([`Manual::close_unread`]), as an app that dies with lines in its
+/// receive queue does (on Linux, its end then resets the bridge's read).
+pub struct Manual {
+    listener: Listener,
+    conn: Option<Connection>,
+}
+
+impl Manual {
+    /// Listens at `socket` when this returns.
+    pub fn bind(socket: &Path) -> Manual {
+        Manual {
+            listener: Listener::bind(socket).unwrap(),
+            conn: None,
+        }
+    }
+
+    /// Takes the next bridge's connection.
+    pub async fn accept(&mut self) {
+        self.conn = Some(
+            within("a bridge to connect", self.listener.accept())
+                .await
+                .unwrap(),
+        );
+    }
+
+    /// The next line the bridge sent, parsed.
+    pub async fn line(&mut self) -> Value {
+        let reader = &mut self.conn.as_mut().expect("a connection").reader;
+        let mut line = String::new();
+        within("a line from the bridge", reader.read_line(&mut line))
+            .await
+            .unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{}: {:?}", e, line))
+    }
+
+    /// Writes `message` and its newline.
+    pub async fn send(&mut self, message: &Value) {
+        let writer = &mut self.conn.as_mut().expect("a connection").writer;
+        let line = format!("{}\n", message);
+        writer.write_all(line.as_bytes()).await.unwrap();
+    }
+
+    /// Accepts the next bridge and answers its `initialize` as `name`, with
+    /// tools that change; returns the `initialize` it got.
+    pub async fn open(&mut self, name: &str) -> Value {
+        self.accept().await;
+        let initialize = self.line().await;
+        assert_eq!(initialize["method"], "initialize", "{}", initialize);
+        let answer = result(
+            &initialize["id"],
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": name, "version": "1"}}),
+        );
+        self.send(&answer).await;
+        initialize
+    }
+
+    /// Waits until the bridge has sent `bytes` after what was read (they
+    /// sit unread in the connection's receive queue: looked at, not
+    /// taken), then goes away with them unread, listener and all.
+    pub async fn close_unread(mut self, bytes: &[u8]) {
+        let conn = self.conn.take().expect("a connection");
+        assert!(conn.reader.buffer().is_empty(), "already read");
+        let mut queued = vec![0u8; bytes.len() + 1];
+        let what = format!("{:?} from the bridge", String::from_utf8_lossy(bytes));
+        within(&what, async {
+            loop {
+                let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+                let n = match rustix::net::recv(&conn.writer, &mut queued[..], flags) {
+                    Ok((n, _)) => n,
+                    Err(rustix::io::Errno::AGAIN) => 0,
+                    Err(e) => panic!("peeking at the connection: {}", e),
+                };
+                assert!(
+                    bytes.starts_with(&queued[..n.min(bytes.len())]),
+                    "the bridge sent {:?}",
+                    String::from_utf8_lossy(&queued[..n])
+                );
+                if n >= bytes.len() {
+                    assert_eq!(n, bytes.len(), "more than {}", what);
+                    return;
+                }
+                // Bytes come on their own time: looked at again shortly.
+                Timer::after(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        drop(conn);
+        drop(self.listener);
+    }
+}

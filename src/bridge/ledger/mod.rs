@@ -25,7 +25,7 @@ pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
 use super::answer::{self, Answer, Reason};
 use super::answers::{Answers, Learnt};
 use crate::envelope::json::member;
-use crate::envelope::{batch_ids, Envelope, Kind, Partial};
+use crate::envelope::{BatchIds, BatchScanner, Envelope, Kind, Partial};
 
 /// Most ids of open app-to-client requests remembered per session: an app
 /// has a handful open at a time.
@@ -140,17 +140,22 @@ pub(super) enum Line {
     Reply(Vec<u8>),
     /// A batch, by the ids of the requests in it.
     Batch(Vec<u8>),
-    /// A batch holding the client's answers to the app's requests: its
-    /// text (some of them may be for an instance that is gone).
+    /// A batch holding the client's answers to the app's requests, by
+    /// their ids (some of them may be for an instance that is gone).
     Replies(Vec<u8>),
+    /// The client's answer (or array of answers) as the bridge rewrote it
+    /// for the instance that asked ([`Ledger::reply_line`]): what it
+    /// teaches was taken when it was rewritten, and it is for that
+    /// instance only.
+    Rewritten,
     /// Anything else (an empty line, not JSON-RPC): passed on as it is.
     Other,
 }
 
 impl Line {
-    /// Classifies a line the scanner ended; `array` is its text when it is
-    /// an array (a batch), as far as it was kept.
-    pub(super) fn of(envelope: &Envelope<'_>, array: Option<&[u8]>) -> Line {
+    /// Classifies a line the scanner ended; `batch` is its ids when it is
+    /// an array (a batch).
+    pub(super) fn of(envelope: &Envelope<'_>, batch: Option<BatchIds>) -> Line {
         let method = Method::of(envelope.method);
         match (envelope.kind, envelope.id) {
             (Kind::Request, id) => Line::Request {
@@ -163,9 +168,9 @@ impl Line {
                 text: Recorded::of(envelope),
             },
             (Kind::Response | Kind::ErrorResponse, Some(id)) => Line::Reply(id.to_vec()),
-            _ => match array {
-                Some(array) if !batch_ids(array, true).is_empty() => Line::Replies(array.to_vec()),
-                Some(array) => Line::Batch(batch_ids(array, false)),
+            _ => match batch {
+                Some(ids) if !ids.responses.is_empty() => Line::Replies(ids.responses),
+                Some(ids) => Line::Batch(ids.requests),
                 None => Line::Other,
             },
         }
@@ -214,6 +219,18 @@ pub(super) enum Verdict {
     Drop,
     /// The bridge answers it with an error.
     Refuse,
+}
+
+/// What becomes of the client's answer to the app (see
+/// [`Ledger::reply_line`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Rewrite {
+    /// It goes on as it is.
+    Keep,
+    /// It is taken out.
+    Drop,
+    /// This goes in its place.
+    Replace(Vec<u8>),
 }
 
 /// What an app line needs before it can be decided.
@@ -368,15 +385,11 @@ impl Ledger {
     pub(super) fn decide(&mut self, line: &Line, mode: Mode) -> Verdict {
         let online = mode == Mode::Online;
         match line {
-            Line::Reply(id) if self.app_requests.is_stale(id) => {
-                // The answer to a gone instance's question: not for the next
-                // one, which may ask under the same id.
-                self.app_requests.client_replied(id);
-                Verdict::Drop
-            }
-            Line::Reply(_) if mode == Mode::Absent => Verdict::Drop,
-            Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
-            Line::Replies(text) if self.app_requests.may_drop() => self.late_replies(text),
+            Line::Rewritten => Verdict::Drop,
+            // An answer to a gone instance's question (not for the next
+            // one, which may ask under the same id) is taken out by
+            // `reply_line`.
+            Line::Reply(_) | Line::Replies(_) if mode == Mode::Absent => Verdict::Drop,
             Line::Request {
                 id: Some(id),
                 method: Method::Listen,
@@ -420,46 +433,94 @@ impl Ledger {
         }
     }
 
-    /// A batch of the client's answers while some of the app's questions
-    /// are stale: the answers to a gone instance are taken out, the others
-    /// go on as lines of their own (their order kept), in the array's place.
-    fn late_replies(&mut self, text: &[u8]) -> Verdict {
-        let mut late = 0;
-        let mut others = Vec::new();
-        let mut scanner = crate::envelope::Scanner::new();
-        crate::envelope::json::for_each_array_element(text, &mut |element| {
-            let mut line = element.to_vec();
-            line.push(b'\n');
-            let mut stale = false;
-            scanner.feed(&line, |envelope| {
-                if let (Kind::Response | Kind::ErrorResponse, Some(id)) =
-                    (envelope.kind, envelope.id)
-                {
-                    stale = self.app_requests.is_stale(id);
-                    if stale {
-                        self.app_requests.client_replied(id);
-                    }
-                }
-            });
-            if stale {
-                late += 1;
-            } else {
-                others.extend_from_slice(&line);
-            }
-        });
-        if late == 0 {
-            return Verdict::Forward;
+    /// What becomes of a client line that goes on, when it is the client's
+    /// answer (or an array of answers) to the app's questions: `text` is
+    /// the whole line (`None`: not kept whole, already going out). An
+    /// answer to a gone instance's question is taken out (from an array:
+    /// the array goes on without it); one to a question whose id the bridge
+    /// mapped goes to the app under the app's own id, in the line's place,
+    /// and what it teaches is taken now (the line is then
+    /// [`Line::Rewritten`]). Any other line goes on as it is.
+    pub(super) fn reply_line(&mut self, line: &Line, text: Option<&[u8]>) -> Rewrite {
+        if !self.app_requests.may_drop() {
+            return Rewrite::Keep;
         }
-        // Not answers to anything the current instance asked before they
-        // were split out: they go as the client's, and teach as such.
-        let mut scanner = crate::envelope::Scanner::new();
-        scanner.feed(&others, |envelope| {
-            if let (Kind::Response | Kind::ErrorResponse, Some(id)) = (envelope.kind, envelope.id) {
-                self.app_requests.client_replied(id);
+        match (line, text) {
+            (Line::Reply(id), text) => self.one_reply(id, text),
+            (Line::Replies(_), Some(text)) => self.replies_in(text),
+            _ => Rewrite::Keep,
+        }
+    }
+
+    /// Decides the client's answer `id` in progress from its first
+    /// members: taken out (a gone instance's question), read whole (a
+    /// mapped one), or passed on as it comes.
+    pub(super) fn reply_early(&mut self, id: &[u8]) -> Early {
+        if self.app_requests.is_stale(id) {
+            self.app_requests.client_replied(id);
+            Early::Drop
+        } else if self.app_requests.mapped(id).is_some() {
+            Early::Wait
+        } else {
+            Early::Forward
+        }
+    }
+
+    /// One answer `text` (a line, or an element of an array) under `id`.
+    fn one_reply(&mut self, id: &[u8], text: Option<&[u8]>) -> Rewrite {
+        let stale = self.app_requests.is_stale(id);
+        // Answered now (it goes on, if it does, to the instance that asked).
+        let app_id = match self.app_requests.client_replied(id) {
+            _ if stale => return Rewrite::Drop,
+            Some(app_id) => app_id,
+            None => return Rewrite::Keep,
+        };
+        // The envelope's own id, never a value inside the result.
+        let rewritten = text.and_then(|text| Some(replace_at(text, member(text, "id")?, &app_id)));
+        match rewritten {
+            Some(line) => Rewrite::Replace(line),
+            None => {
+                self.id_in_use(
+                    &app_id,
+                    "mcp-bridge: the client's reply was too long to carry under this \
+                     request's own id; ask again",
+                );
+                Rewrite::Drop
+            }
+        }
+    }
+
+    /// An array of the client's answers, whole: each decided as one.
+    fn replies_in(&mut self, text: &[u8]) -> Rewrite {
+        let mut out = b"[".to_vec();
+        let mut changed = false;
+        BatchScanner::for_each_element(text, &mut |at, id| {
+            let element = &text[at];
+            let decided = match id {
+                Some(id) => self.one_reply(id, Some(element)),
+                None => Rewrite::Keep,
+            };
+            let kept = match &decided {
+                Rewrite::Keep => element,
+                Rewrite::Replace(element) => element,
+                Rewrite::Drop => &[],
+            };
+            changed |= !matches!(decided, Rewrite::Keep);
+            if !kept.is_empty() {
+                if out.len() > 1 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(kept);
             }
         });
-        self.owed_app.extend_from_slice(&others);
-        Verdict::Drop
+        match (changed, out.len() > 1) {
+            (false, _) => Rewrite::Keep,
+            (true, false) => Rewrite::Drop,
+            (true, true) => {
+                out.extend_from_slice(b"]\n");
+                Rewrite::Replace(out)
+            }
+        }
     }
 
     /// Answers an `initialize`, `server/discover` or list from the cache,
@@ -539,14 +600,13 @@ impl Ledger {
             Line::Reply(id) => {
                 self.app_requests.client_replied(&id);
             }
-            Line::Replies(text) => {
-                let ids = batch_ids(&text, true);
+            Line::Replies(ids) => {
                 for id in ids.split(|&b| b == b'\n').filter(|id| !id.is_empty()) {
                     self.app_requests.client_replied(id);
                 }
             }
             Line::Batch(ids) => self.batches.sent(ids),
-            Line::Other => {}
+            Line::Rewritten | Line::Other => {}
         }
     }
 
@@ -568,41 +628,6 @@ impl Ledger {
         self.app_requests.may_drop()
     }
 
-    /// Whether the client's reply to `id` goes to the app under another id
-    /// (the app's own, which the bridge mapped): it is read whole and
-    /// given to [`Ledger::mapped_reply`].
-    pub(super) fn is_mapped(&self, id: &[u8]) -> bool {
-        self.app_requests.mapped(id).is_some()
-    }
-
-    /// The client's whole reply `text` (none: too long to keep) to a
-    /// question whose id the bridge mapped: it goes to the app under the
-    /// app's own id.
-    pub(super) fn mapped_reply(&mut self, id: &[u8], text: Option<&[u8]>) {
-        let app_id = match self.app_requests.client_replied(id) {
-            Some(app_id) => app_id,
-            None => return,
-        };
-        let line = text.and_then(|text| replace_id(text, id, &app_id));
-        match line {
-            Some(mut line) => {
-                if line.last() != Some(&b'\n') {
-                    line.push(b'\n');
-                }
-                self.owed_app.extend_from_slice(&line);
-            }
-            None => {
-                let answer = Answer::new(
-                    Reason::IdInUse,
-                    "mcp-bridge: the client's reply to this request was too long to carry \
-                     under the request's own id; ask again",
-                    &self.endpoint,
-                );
-                self.owed_app.extend_from_slice(&answer.to(&app_id));
-            }
-        }
-    }
-
     /// A line the current instance took whole but never read (it went away
     /// with it unread): it teaches nothing it taught when it was taken.
     /// Whether it goes to the next instance: a reply or a batch of replies
@@ -621,7 +646,7 @@ impl Ledger {
                 self.batches.unsent(ids);
                 true
             }
-            Line::Reply(_) | Line::Replies(_) => false,
+            Line::Reply(_) | Line::Replies(_) | Line::Rewritten => false,
             Line::Notification { .. } | Line::Other => true,
         }
     }
@@ -708,10 +733,8 @@ impl Ledger {
                 let mapped = match text {
                     Some(text) if decided.is_none() && start + id.len() <= text.len() => {
                         let shown = self.app_requests.next_mapped();
-                        let mut line = Vec::with_capacity(text.len() + shown.len());
-                        line.extend_from_slice(&text[..start]);
-                        line.extend_from_slice(&shown);
-                        line.extend_from_slice(&text[start + id.len()..]);
+                        let at = &text[start..start + id.len()];
+                        let mut line = replace_at(text, at, &shown);
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
@@ -730,14 +753,12 @@ impl Ledger {
                         true
                     }
                     None => {
-                        let answer = Answer::new(
-                            Reason::IdInUse,
+                        self.id_in_use(
+                            id,
                             "mcp-bridge: the client may still answer this id for the app's \
                              previous instance, and this request is too long to give another; \
                              ask again under another id",
-                            &self.endpoint,
                         );
-                        self.owed_app.extend_from_slice(&answer.to(id));
                         false
                     }
                 }
@@ -746,6 +767,9 @@ impl Ledger {
                 if envelope.method == Some("notifications/subscriptions/acknowledged") =>
             {
                 text.map_or(true, |text| self.acknowledged(text))
+            }
+            (Kind::Notification, _) if envelope.method == Some("notifications/cancelled") => {
+                text.map_or(true, |text| self.app_cancelled(text))
             }
             _ => true,
         }
@@ -813,6 +837,33 @@ impl Ledger {
         }
     }
 
+    /// Answers the app's question `id` with `id_in_use`, saying `why`
+    /// (a sentence of the bridge's own, `mcp-bridge: ` first).
+    fn id_in_use(&mut self, id: &[u8], why: &'static str) {
+        let answer = Answer::new(Reason::IdInUse, why, &self.endpoint);
+        self.owed_app.extend_from_slice(&answer.to(id));
+    }
+
+    /// The app's `notifications/cancelled` (whole): whether it goes on to
+    /// the client as it is. One for a question the client knows under an id
+    /// of the bridge's goes out under that id instead, in its place.
+    fn app_cancelled(&mut self, text: &[u8]) -> bool {
+        let id = match member(text, "params").and_then(|p| member(p, "requestId")) {
+            Some(id) => id,
+            None => return true,
+        };
+        let shown = match self.app_requests.app_cancelled(id) {
+            Some(shown) => shown,
+            None => return true,
+        };
+        let mut line = replace_at(text, id, &shown);
+        if line.last() != Some(&b'\n') {
+            line.push(b'\n');
+        }
+        self.owed_client.extend_from_slice(&line);
+        false
+    }
+
     /// `notifications/subscriptions/acknowledged`: whether it goes on to
     /// the client.
     fn acknowledged(&mut self, text: &[u8]) -> bool {
@@ -856,10 +907,10 @@ impl Ledger {
         }
     }
 
-    /// An array line from the app (a batch's answer; `whole`: kept whole):
-    /// the batch it answers is settled.
-    pub(super) fn app_array(&mut self, line: &[u8], whole: bool) {
-        self.batches.answered(line, whole);
+    /// An array line from the app (a batch's answer), by the ids of the
+    /// responses in it: the batch it answers is settled.
+    pub(super) fn app_array(&mut self, responses: &[u8]) {
+        self.batches.answered(responses);
     }
 
     /// A request of the bridge's own for the current instance: its id.
@@ -997,10 +1048,35 @@ impl AppRequests {
     }
 
     /// The client replied to `id`: the app's own id, when it was mapped.
+    /// A mapped id then goes stale: a second reply to it reaches nobody.
     fn client_replied(&mut self, id: &[u8]) -> Option<Vec<u8>> {
         let key = id_key(id);
         self.stale.remove(&key);
-        self.open.remove(&key).and_then(|(_, app_id)| app_id)
+        let app_id = self.open.remove(&key).and_then(|(_, app_id)| app_id);
+        if app_id.is_some() {
+            self.go_stale(key);
+        }
+        app_id
+    }
+
+    /// The app cancelled its question `app_id` (its own id): if the bridge
+    /// gave it an id of its own, the question is over, and that id is the
+    /// one the client knows it by.
+    fn app_cancelled(&mut self, app_id: &[u8]) -> Option<Vec<u8>> {
+        let wanted = id_key(app_id);
+        let shown = self.open.values().find_map(|(shown, app)| {
+            let app = app.as_deref()?;
+            (id_key(app) == wanted).then(|| shown.clone())
+        })?;
+        // As if the client had answered it: over, and its id stale.
+        self.client_replied(&shown);
+        Some(shown)
+    }
+
+    fn go_stale(&mut self, key: Vec<u8>) {
+        if self.stale.len() < STALE_LIMIT {
+            self.stale.insert(key, ());
+        }
     }
 
     /// The app instance hung up: its open questions are stale. Returns
@@ -1017,27 +1093,10 @@ impl AppRequests {
     }
 }
 
-/// `text` (a reply) with its id `id` written as `new`: the id found after
-/// an `"id"` key. `None` if it cannot be found.
-fn replace_id(text: &[u8], id: &[u8], new: &[u8]) -> Option<Vec<u8>> {
-    let mut from = 0;
-    while let Some(at) = find(&text[from..], b"\"id\"").map(|at| at + from) {
-        let mut value = at + 4;
-        while matches!(text.get(value), Some(b' ' | b'\t' | b'\r' | b'\n' | b':')) {
-            value += 1;
-        }
-        if text[value..].starts_with(id) {
-            let mut line = Vec::with_capacity(text.len() + new.len());
-            line.extend_from_slice(&text[..value]);
-            line.extend_from_slice(new);
-            line.extend_from_slice(&text[value + id.len()..]);
-            return Some(line);
-        }
-        from = at + 4;
-    }
-    None
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// `text` with `value` (a slice of it: a value [`member`] found, so the
+/// one at the level it looked at, never one nested deeper) written as
+/// `new`.
+fn replace_at(text: &[u8], value: &[u8], new: &[u8]) -> Vec<u8> {
+    let start = value.as_ptr() as usize - text.as_ptr() as usize;
+    [&text[..start], new, &text[start + value.len()..]].concat()
 }

@@ -30,7 +30,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::id::key;
 use super::{Method, Recorded};
-use crate::envelope::batch_ids;
 
 /// FNV-1a, 64 bits: a hash of a few lines with no key, good enough for ids
 /// (see the [module docs](self) for why no keyed hash is needed).
@@ -207,7 +206,7 @@ impl Pending {
 const BATCHES_LIMIT: usize = 1024;
 
 /// The client's batches relayed to the app and not answered yet: the raw
-/// ids of the requests in each (as [`batch_ids`] gives them), oldest
+/// ids of the requests in each (as [`BatchIds`](crate::envelope::BatchIds) gives them), oldest
 /// first. A request of a batch the client cancels is still answered with
 /// the others (the client ignores answers to what it cancelled).
 #[derive(Debug, Default)]
@@ -229,23 +228,19 @@ impl Batches {
         }
     }
 
-    /// An array line came from the app: the batch it answers (the one with
-    /// the id of its first response) is answered. An array whose first
-    /// element is cut (longer than was kept) answers the oldest.
-    pub(in crate::bridge) fn answered(&mut self, line: &[u8], whole: bool) {
-        let ids = batch_ids(line, true);
-        let at = match ids.split(|&b| b == b'\n').nth(1) {
-            Some(first) => {
-                let first = key(first);
-                self.sent
-                    .iter()
-                    .position(|sent| sent.split(|&b| b == b'\n').any(|id| key(id) == first))
+    /// An array line came from the app, with the responses `ids` (as
+    /// [`BatchIds`](crate::envelope::BatchIds) gives them): the batch it
+    /// answers (the one with the id of its first response) is answered.
+    pub(in crate::bridge) fn answered(&mut self, ids: &[u8]) {
+        if let Some(first) = ids.split(|&b| b == b'\n').nth(1) {
+            let first = key(first);
+            let at = self
+                .sent
+                .iter()
+                .position(|sent| sent.split(|&b| b == b'\n').any(|id| key(id) == first));
+            if let Some(at) = at {
+                self.forget(at);
             }
-            None if !whole => Some(0),
-            None => None,
-        };
-        if let Some(at) = at {
-            self.forget(at);
         }
     }
 
@@ -311,6 +306,7 @@ impl Batches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envelope::batch_ids;
 
     fn ids(pending: &mut Pending) -> Vec<Vec<u8>> {
         pending.drain().into_iter().map(|(id, _)| id).collect()
@@ -324,9 +320,12 @@ mod tests {
         sent(br#"[{"method":"n"}]"#);
         sent(br#"[{"id":3,"method":"a"}]"#);
         sent(br#"[{"id":4,"method":"a"}]"#);
-        batches.answered(br#"[{"id":3,"result":{}}]"#, true);
-        batches.answered(br#"[{"id":9,"result":{}}]"#, true);
-        batches.answered(br#"[{"id":2,"result":{}},{"id":1,"result":{}}]"#, true);
+        batches.answered(&batch_ids(br#"[{"id":3,"result":{}}]"#, true));
+        batches.answered(&batch_ids(br#"[{"id":9,"result":{}}]"#, true));
+        batches.answered(&batch_ids(
+            br#"[{"id":2,"result":{}},{"id":1,"result":{}}]"#,
+            true,
+        ));
         assert_eq!(batches.drain(), vec![b"\n4".to_vec()]);
         for n in 0..(BATCHES_LIMIT + 5) {
             batches.sent(batch_ids(
