@@ -21,9 +21,7 @@ use serde_json::{json, Value};
 use smol::Task;
 use support::bridge_host::{Connection, Listener};
 use support::scripted::{call, Host, Script, INITIALIZE, INITIALIZED, ROUNDS};
-use support::{
-    bridge_command, is_root, within_limit, Bridge, RecordingListener, TempDir, NOBODY,
-};
+use support::{bridge_command, is_root, within_limit, Bridge, RecordingListener, TempDir, NOBODY};
 
 /// The bridge's drain second (`mcp_bridge::bridge::DRAIN_GRACE`), and what
 /// a loaded machine may add to it before a process is seen gone.
@@ -84,7 +82,9 @@ fn js_number(id: &Value) -> String {
     if double.abs() < 1e21 {
         return format!("{}", double);
     }
-    format!("{:e}", double).replace("e", "e+").replace("e+-", "e-")
+    format!("{:e}", double)
+        .replace("e", "e+")
+        .replace("e+-", "e-")
 }
 
 // ---------------------------------------------------------------------------
@@ -165,8 +165,10 @@ fn an_apps_last_message_without_a_newline_reaches_the_client_once() {
                     let reply = match message["method"].as_str() {
                         Some("initialize") => {
                             let id = &message["id"];
-                            format!(r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#, id, INIT_RESULT)
-                                + "\n"
+                            format!(
+                                r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
+                                id, INIT_RESULT
+                            ) + "\n"
                         }
                         Some("tools/call") if n == 0 => last.to_string(),
                         _ => continue,
@@ -299,7 +301,11 @@ fn stdin_eof_ends_the_bridge_in_time_while_another_user_holds_the_endpoint() {
                 // The bridge has met the foreign endpoint before stdin ends.
                 let reply: Value = serde_json::from_str(&bridge.line().await.unwrap()).unwrap();
                 assert_eq!(reply["id"], 3, "{}", reply);
-                assert_eq!(reply["error"]["data"]["reason"], "untrusted_server", "{}", reply);
+                assert_eq!(
+                    reply["error"]["data"]["reason"], "untrusted_server",
+                    "{}",
+                    reply
+                );
             }
             let closed = Instant::now();
             drop(bridge.stdin.take());
@@ -315,9 +321,17 @@ fn stdin_eof_ends_the_bridge_in_time_while_another_user_holds_the_endpoint() {
                 },
             )
             .await;
-            eprintln!("round {}: exited {:?} after stdin's end", round, closed.elapsed());
+            eprintln!(
+                "round {}: exited {:?} after stdin's end",
+                round,
+                closed.elapsed()
+            );
             assert_eq!(exited.code(), Some(1), "round {}", round);
-            assert_eq!(foreign.received(), "", "not a byte may reach a foreign server");
+            assert_eq!(
+                foreign.received(),
+                "",
+                "not a byte may reach a foreign server"
+            );
         });
     }
 }

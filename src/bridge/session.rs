@@ -44,7 +44,7 @@ use super::answer::{Answer, Reason};
 use super::app::AppSide;
 use super::cache::Cache;
 use super::client::{ClientSide, Read, Refusals};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Bounds, Ended, History, Meaning, Outage};
 use super::{resume, say, BridgeError, Config, Connected, Connector};
@@ -320,6 +320,15 @@ where
             link,
         ))
         .await?;
+        // An instance that said no to the replay and hung up at once did
+        // not take the session back, whichever of the two was seen first.
+        let end = match (end, self.io.ledger.borrow_mut().taken_back.take()) {
+            (End::HungUp, Some(TakenBack::Rejected(why))) => End::NotTakenBack(
+                format!("the app rejected the replayed initialize: {}", why),
+                true,
+            ),
+            (end, _) => end,
+        };
         match end {
             End::Done(ending) => {
                 if let Some(log) = self.io.log {
@@ -344,14 +353,12 @@ where
                 match origin {
                     Origin::Absent(absence) => Ok(Phase::Absent(absence)),
                     Origin::Outage(mut outage) => {
-                        outage.last_failure = Some(why);
-                        outage.rejected = said_no;
+                        outage.not_taken_back(why, said_no);
                         Ok(Phase::Resuming(outage))
                     }
                     Origin::Connecting => {
                         let mut outage = self.new_outage(instance);
-                        outage.last_failure = Some(why);
-                        outage.rejected = said_no;
+                        outage.not_taken_back(why, said_no);
                         Ok(Phase::Resuming(outage))
                     }
                 }
