@@ -128,11 +128,28 @@ impl AppSide {
             }
         };
         if n == 0 {
-            return Ok(false);
+            return Ok(self.end_last_line(&mut ledger.borrow_mut()));
         }
         self.heard += n as u64;
         self.take(n, &mut ledger.borrow_mut());
         Ok(true)
+    }
+
+    /// The app's end, in the middle of a line: when that line is a whole
+    /// message (an app that writes its last one without `\n`), it is ended
+    /// with the newline the client's line reader needs and decided like any
+    /// line; `true` then, and the next read sees the end. A line the app
+    /// cut stays undecided, and never reaches the client in part.
+    fn end_last_line(&mut self, ledger: &mut Ledger) -> bool {
+        if self.cur.len == 0 || !self.scanner.object_ended() {
+            return false;
+        }
+        if self.buf.len() == self.end {
+            self.buf.push(0);
+        }
+        self.buf[self.end] = b'\n';
+        self.take(1, ledger);
+        true
     }
 
     fn take(&mut self, n: usize, ledger: &mut Ledger) {

@@ -128,6 +128,18 @@ impl Outage {
         pause
     }
 
+    /// An instance did not take the session back: it said no
+    /// (`said_no`), or did not answer in time. A rejection stands until the
+    /// outage ends: an attempt the deadline cuts short (made in the outage's
+    /// last moment, when the app has had no time to say no again) does not
+    /// turn an app that kept saying no into one that never answered.
+    pub(super) fn not_taken_back(&mut self, why: String, said_no: bool) {
+        if said_no || !self.rejected {
+            self.last_failure = Some(why);
+        }
+        self.rejected |= said_no;
+    }
+
     /// How long an instance reached in this outage has to answer the
     /// replayed `initialize`: the rest of the outage when it is a new
     /// instance, a few seconds when it is the one that hung up.
@@ -273,6 +285,19 @@ mod tests {
                 Meaning::Restart { .. }
             ));
         }
+    }
+
+    #[test]
+    fn a_rejection_stands_until_the_outage_ends() {
+        let bounds = Bounds::default();
+        let now = Instant::now();
+        let mut outage = Outage::new(now, Some(1), &bounds, now);
+        outage.not_taken_back("late".into(), false);
+        assert!(!outage.rejected);
+        outage.not_taken_back("no".into(), true);
+        outage.not_taken_back("late".into(), false);
+        assert!(outage.rejected);
+        assert_eq!(outage.last_failure.as_deref(), Some("no"));
     }
 
     #[test]

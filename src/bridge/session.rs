@@ -44,7 +44,7 @@ use super::answer::{Answer, Reason};
 use super::answers::Answers;
 use super::app::AppSide;
 use super::client::{ClientSide, Read, Refusals};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Bounds, Ended, History, Meaning, Outage};
 use super::{resume, say, BridgeError, Config, Connected, Connector};
@@ -316,7 +316,16 @@ where
         .await;
         // Whatever ended the relay, what the app answered is the cache's.
         online::learn(&self.io.ledger);
-        match end? {
+        // An instance that said no to the replay and hung up at once did
+        // not take the session back, whichever of the two was seen first.
+        let end = match (end?, self.io.ledger.borrow_mut().taken_back.take()) {
+            (End::HungUp, Some(TakenBack::Rejected(why))) => End::NotTakenBack(
+                format!("the app rejected the replayed initialize: {}", why),
+                true,
+            ),
+            (end, _) => end,
+        };
+        match end {
             End::Done(ending) => {
                 if let Some(log) = self.io.log {
                     match ending {
@@ -340,14 +349,12 @@ where
                 match origin {
                     Origin::Absent(absence) => Ok(Phase::Absent(absence)),
                     Origin::Outage(mut outage) => {
-                        outage.last_failure = Some(why);
-                        outage.rejected = said_no;
+                        outage.not_taken_back(why, said_no);
                         Ok(Phase::Resuming(outage))
                     }
                     Origin::Connecting => {
                         let mut outage = self.new_outage(instance);
-                        outage.last_failure = Some(why);
-                        outage.rejected = said_no;
+                        outage.not_taken_back(why, said_no);
                         Ok(Phase::Resuming(outage))
                     }
                 }

@@ -404,6 +404,12 @@ impl Scanner {
         self.len > 0
     }
 
+    /// Whether the line in progress is a whole object already (only
+    /// whitespace may follow): a stream that ends here ended a message.
+    pub(crate) fn object_ended(&self) -> bool {
+        self.state == State::AfterObject
+    }
+
     /// What is known so far of the line in progress (see [`Partial`]);
     /// meaningful while [`mid_line`](Self::mid_line).
     pub(crate) fn partial(&self) -> Partial<'_> {

@@ -38,15 +38,15 @@ fn trim(raw: &[u8]) -> &[u8] {
     &raw[start..end]
 }
 
-/// Significant digits a double holds: two numbers that agree in their
-/// first 17 significant digits are the same double, and JavaScript writes
-/// a double back with at most 17.
-const DIGITS: usize = 17;
-
-/// `n`, the sign, the significant digits (rounded to [`DIGITS`], no
-/// trailing zeros) and the exponent: one form for every way of writing a
-/// number's value (`100`, `1e2`, `100.0`, `1E+2`). No float parsing (its
-/// code is 18 KB of the bridge-only build).
+/// `n`, the sign and the double a number denotes (the one a JavaScript
+/// peer reads it into, and writes back in its shortest form), as its odd
+/// significand and binary exponent: one form for every way of writing that
+/// double (`100`, `1e2`, `100.0`, `18446744073709551616` and
+/// `18446744073709552000`). Integers below 2^53, which a double holds
+/// exactly, are never equal to another. A number no double holds apart
+/// from zero (past 1.8e308, or below 5e-324) is keyed by its exact decimal
+/// value (`d`). No float parsing: its code is 18 KB of the bridge-only
+/// build, and the exact conversion here a tenth of that.
 fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
     let (negative, rest) = match raw.strip_prefix(b"-") {
         Some(rest) => (true, rest),
@@ -76,7 +76,7 @@ fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
     for &b in mantissa {
         match b {
             b'0'..=b'9' => {
-                digits.push(b);
+                digits.push(b - b'0');
                 if seen_point {
                     exponent -= 1;
                 }
@@ -85,47 +85,193 @@ fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         }
     }
-    let first = digits.iter().position(|&d| d != b'0');
+    let first = digits.iter().position(|&d| d != 0);
     let mut digits = match first {
         Some(first) => digits.split_off(first),
         None => return Some(b"n0".to_vec()),
     };
-    if digits.len() > DIGITS {
-        exponent += (digits.len() - DIGITS) as i64;
-        let up = digits[DIGITS] >= b'5';
-        digits.truncate(DIGITS);
-        if up {
-            let mut at = DIGITS;
-            loop {
-                if at == 0 {
-                    digits.insert(0, b'1');
-                    digits.pop();
-                    exponent += 1;
-                    break;
-                }
-                at -= 1;
-                if digits[at] == b'9' {
-                    digits[at] = b'0';
-                } else {
-                    digits[at] += 1;
-                    break;
-                }
-            }
-        }
-    }
-    while digits.last() == Some(&b'0') {
+    while digits.last() == Some(&0) {
         digits.pop();
         exponent += 1;
     }
-    let mut out = Vec::with_capacity(digits.len() + 8);
-    out.push(b'n');
-    if negative {
-        out.push(b'-');
+    let mut out = vec![b'n', if negative { b'-' } else { b'+' }];
+    match nearest_double(&digits, exponent) {
+        Some((significand, power)) => {
+            out.extend_from_slice(&significand.to_le_bytes());
+            out.extend_from_slice(&power.to_le_bytes());
+        }
+        None => {
+            out[0] = b'd';
+            out.extend(digits.iter().map(|d| d + b'0'));
+            out.push(b'e');
+            out.extend_from_slice(exponent.to_string().as_bytes());
+        }
     }
-    out.extend_from_slice(&digits);
-    out.push(b'e');
-    out.extend_from_slice(exponent.to_string().as_bytes());
     Some(out)
+}
+
+/// Decimal digits that decide how any decimal rounds to a double (the
+/// longest exact halfway case has 767 significant digits): the rest only
+/// tell whether anything follows.
+const DECIDING_DIGITS: usize = 800;
+
+/// Bits of the double's significand.
+const SIGNIFICAND_BITS: u32 = 53;
+
+/// The binary exponent of a double's least significant bit, at the least
+/// (subnormals) and at the most (`f64::MAX`).
+const MIN_POWER: i64 = -1074;
+const MAX_POWER: i64 = 971;
+
+/// The double nearest `digits × 10^exponent` (`digits` with no leading or
+/// trailing zero; ties to even), as an odd significand and a power of two;
+/// `None` when it is infinite or zero.
+fn nearest_double(digits: &[u8], mut exponent: i64) -> Option<(u64, i64)> {
+    let len = digits.len() as i64;
+    if len + exponent > 310 || len + exponent < -330 {
+        return None;
+    }
+    // Exact at once: an integer a double holds.
+    if exponent >= 0 && len + exponent <= 15 {
+        let mut value = 0u64;
+        for &d in digits {
+            value = value * 10 + u64::from(d);
+        }
+        let value = value * 10u64.pow(exponent as u32);
+        return Some(odd(value, 0));
+    }
+    let mut num = vec![0u32];
+    let kept = &digits[..digits.len().min(DECIDING_DIGITS)];
+    for &d in kept {
+        mul_add(&mut num, 10, u32::from(d));
+    }
+    exponent += (digits.len() - kept.len()) as i64;
+    if digits[kept.len()..].iter().any(|&d| d != 0) {
+        mul_add(&mut num, 10, 1);
+        exponent -= 1;
+    }
+    let mut den = vec![1u32];
+    for _ in 0..exponent.unsigned_abs() {
+        mul_add(if exponent > 0 { &mut num } else { &mut den }, 10, 0);
+    }
+    // num / den, scaled by 2^shift into [2^54, 2^56): 55 bits or more.
+    let shift = 55 - (bit_len(&num) as i64 - bit_len(&den) as i64);
+    if shift > 0 {
+        num = shl(&num, shift as usize);
+    } else {
+        den = shl(&den, (-shift) as usize);
+    }
+    let mut step = shl(&den, 56);
+    let mut q = 0u64;
+    for bit in (0..=56).rev() {
+        if cmp(&num, &step) != std::cmp::Ordering::Less {
+            sub(&mut num, &step);
+            q |= 1 << bit;
+        }
+        shr1(&mut step);
+    }
+    let sticky = num.iter().any(|&l| l != 0);
+    let bits = 64 - q.leading_zeros();
+    let mut drop = i64::from(bits - SIGNIFICAND_BITS);
+    if -shift + drop < MIN_POWER {
+        drop = MIN_POWER + shift;
+    }
+    if drop > 60 {
+        return None;
+    }
+    let mut m = q >> drop;
+    let rest = q & ((1u64 << drop) - 1);
+    let half = 1u64 << (drop - 1);
+    if rest > half || (rest == half && (sticky || m & 1 == 1)) {
+        m += 1;
+    }
+    let mut power = drop - shift;
+    if m == 1 << SIGNIFICAND_BITS {
+        m >>= 1;
+        power += 1;
+    }
+    if m == 0 || power > MAX_POWER {
+        return None;
+    }
+    Some(odd(m, power))
+}
+
+/// `m × 2^power` with an odd `m` (or zero).
+fn odd(mut m: u64, mut power: i64) -> (u64, i64) {
+    if m == 0 {
+        return (0, 0);
+    }
+    let zeros = m.trailing_zeros();
+    m >>= zeros;
+    power += i64::from(zeros);
+    (m, power)
+}
+
+// Unsigned integers of any size, 32-bit limbs, least significant first:
+// just what `nearest_double` does with them.
+
+fn mul_add(n: &mut Vec<u32>, by: u32, add: u32) {
+    let mut carry = u64::from(add);
+    for limb in n.iter_mut() {
+        let v = u64::from(*limb) * u64::from(by) + carry;
+        *limb = v as u32;
+        carry = v >> 32;
+    }
+    if carry > 0 {
+        n.push(carry as u32);
+    }
+}
+
+fn bit_len(n: &[u32]) -> usize {
+    match n.iter().rposition(|&l| l != 0) {
+        Some(top) => top * 32 + 32 - n[top].leading_zeros() as usize,
+        None => 0,
+    }
+}
+
+fn shl(n: &[u32], bits: usize) -> Vec<u32> {
+    let (limbs, bits) = (bits / 32, bits % 32);
+    let mut out = vec![0u32; limbs];
+    let mut carry = 0u32;
+    for &l in n {
+        out.push(if bits == 0 { l } else { (l << bits) | carry });
+        carry = if bits == 0 { 0 } else { l >> (32 - bits) };
+    }
+    out.push(carry);
+    out
+}
+
+fn shr1(n: &mut [u32]) {
+    let mut carry = 0u32;
+    for limb in n.iter_mut().rev() {
+        let low = *limb & 1;
+        *limb = (*limb >> 1) | (carry << 31);
+        carry = low;
+    }
+}
+
+fn cmp(a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+    let len = a.len().max(b.len());
+    for i in (0..len).rev() {
+        let (x, y) = (
+            a.get(i).copied().unwrap_or(0),
+            b.get(i).copied().unwrap_or(0),
+        );
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    std::cmp::Ordering::Equal
+}
+
+/// `a -= b`, `a >= b`.
+fn sub(a: &mut [u32], b: &[u32]) {
+    let mut borrow = 0i64;
+    for (i, limb) in a.iter_mut().enumerate() {
+        let v = i64::from(*limb) - i64::from(b.get(i).copied().unwrap_or(0)) - borrow;
+        borrow = i64::from(v < 0);
+        *limb = (v + (borrow << 32)) as u32;
+    }
 }
 
 /// `s` and the string's content (UTF-8, escapes resolved).
@@ -186,7 +332,97 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::key;
+    use super::{key, nearest_double, number_key, odd};
+
+    /// What std's parsing makes of `text`, in `nearest_double`'s form.
+    fn std_double(text: &str) -> Option<(u64, i64)> {
+        let double: f64 = text.parse().unwrap();
+        if double == 0.0 || double.is_infinite() {
+            return None;
+        }
+        let bits = double.abs().to_bits();
+        let (biased, fraction) = ((bits >> 52) as i64, bits & ((1 << 52) - 1));
+        Some(match biased {
+            0 => odd(fraction, -1074),
+            _ => odd(fraction | 1 << 52, biased - 1075),
+        })
+    }
+
+    /// `text` (a plain decimal) as `nearest_double`'s arguments.
+    fn ours(text: &str) -> Option<(u64, i64)> {
+        let key = number_key(text.as_bytes()).unwrap();
+        if key[0] == b'd' {
+            return None;
+        }
+        let m = u64::from_le_bytes(key[2..10].try_into().unwrap());
+        let p = i64::from_le_bytes(key[10..18].try_into().unwrap());
+        Some((m, p))
+    }
+
+    #[test]
+    fn a_number_is_the_double_std_reads_it_into() {
+        let cases = [
+            "1",
+            "0.1",
+            "9007199254740991",
+            "9007199254740993",
+            "9007199254740995",
+            "18446744073709551616",
+            "18446744073709552000",
+            "223456789012345678901234567890",
+            "2.234567890123457e+29",
+            "2.2250738585072011e-308",
+            "2.2250738585072014e-308",
+            "4.9406564584124654e-324",
+            "2.4703282292062328e-324",
+            "7.4109846876186982e-324",
+            "1.7976931348623157e308",
+            "1.7976931348623158e308",
+            "123456789012345678901234567890123456789e-50",
+            "0.30000000000000004",
+        ];
+        for text in cases {
+            assert_eq!(ours(text), std_double(text), "{}", text);
+        }
+        // A halfway case decided by a digit far past the 17th.
+        let mut long = String::from("9007199254740993");
+        long.push('.');
+        long.push_str(&"0".repeat(900));
+        long.push('1');
+        assert_eq!(ours(&long), std_double(&long));
+        // Pseudo-random digits and exponents across the whole range.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40 + 1) as usize;
+            let digits: String = (0..len)
+                .map(|i| {
+                    let d = (next() % 10) as u8;
+                    (b'0' + if i == 0 { d.max(1) } else { d }) as char
+                })
+                .collect();
+            let exponent = (next() % 660) as i64 - 340;
+            let text = format!("{}e{}", digits, exponent);
+            assert_eq!(ours(&text), std_double(&text), "{}", text);
+            // Its shortest spelling (what JavaScript writes) meets it.
+            let double: f64 = text.parse().unwrap();
+            if double != 0.0 && double.is_finite() {
+                assert_eq!(
+                    key(text.as_bytes()),
+                    key(format!("{:e}", double).as_bytes()),
+                    "{}",
+                    text
+                );
+            }
+        }
+        assert_eq!(nearest_double(&[1], 400), None);
+        assert_eq!(nearest_double(&[1], -400), None);
+    }
 
     #[test]
     fn ids_are_equal_as_json_values() {
@@ -204,6 +440,8 @@ mod tests {
             (b" 7 ", b"7"),
             (b"99999999999999999999", b"1e20"),
             (b"0.5", b"5e-1"),
+            (b"223456789012345678901234567890", b"2.234567890123457e+29"),
+            (b"9007199254740993", b"9007199254740992"),
         ];
         for (a, b) in same {
             assert_eq!(
@@ -221,6 +459,9 @@ mod tests {
             (b"9007199254740991", b"9007199254740990"),
             (b"\"a\"", b"\"b\""),
             (b"1.5", b"1"),
+            (b"1e400", b"1e401"),
+            (b"1e-400", b"0"),
+            (b"-1", b"1"),
         ];
         for (a, b) in apart {
             assert_ne!(
