@@ -157,7 +157,9 @@ impl<'a> Served<'a> {
         shared: &'a Shared,
         rng: Rng,
     ) -> Served<'a> {
-        if last && plan.questions == 0 {
+        // Settled until it asks: an instance the bridge gave up on before
+        // it took the session (its deadline passed) never asks at all.
+        if last {
             shared.last_settled.store(true, Ordering::SeqCst);
         }
         Served {
@@ -332,6 +334,9 @@ impl<'a> Served<'a> {
     /// The questions this instance asks the client, ids from 0 as every
     /// SDK numbers them.
     fn ask(&mut self, out: &mut UnixStream) {
+        if self.last && self.plan.questions > 0 {
+            self.shared.last_settled.store(false, Ordering::SeqCst);
+        }
         for q in 0..self.plan.questions {
             let nonce = format!("i{}-q{}", self.n, q);
             let line = format!(
