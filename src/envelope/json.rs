@@ -107,8 +107,8 @@ pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -
 /// Calls `each` with the index and value of every byte of `json` from
 /// `from` on that is outside a string (its quotes included in the
 /// string), until `each` returns `false`: the structure of a JSON text,
-/// walked once for the array walker here and doctor's nesting depth.
-#[cfg(any(feature = "doctor", test))]
+/// for doctor's nesting depth.
+#[cfg(feature = "doctor")]
 pub(crate) fn for_each_outside_strings(
     json: &[u8],
     from: usize,
