@@ -59,7 +59,6 @@ pub(super) struct AppSide {
     cur: Down,
     /// The line in progress when it is an array (a batch's answer): its
     /// ids, read as it streams.
-    /// as it is kept.
     array: Option<BatchScanner>,
     /// Where each line the chunk being decided ends, whether it goes on,
     /// and where the lines the bridge owes the client because of it end in

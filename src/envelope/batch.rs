@@ -119,9 +119,11 @@ impl BatchScanner {
     /// it is in `line`, blanks around it included) and its id when it is a
     /// response: for the bridge, which rewrites an array of the client's
     /// answers, without a walker of its own.
-    pub(crate) fn for_each_element(line: &[u8], each: &mut Each<'_>) {
+    /// Whether `line` is an array.
+    pub(crate) fn for_each_element(line: &[u8], each: &mut Each<'_>) -> bool {
         let mut scanner = BatchScanner::new();
         scanner.walk_elements(line, each);
+        scanner.array
     }
 
     fn walk_elements(&mut self, bytes: &[u8], each: &mut Each<'_>) {
@@ -140,7 +142,15 @@ impl BatchScanner {
         let mut from = i;
         while self.walk == Walk::In && i < bytes.len() {
             let b = bytes[i];
-            if self.string {
+            let outside = !self.string && self.depth == 0;
+            if b == b'\n' || (outside && matches!(b, b',' | b']')) {
+                self.element.feed(&bytes[from..i], |_| {});
+                self.end_element(from..i, each);
+                from = i + 1;
+                if b != b',' {
+                    self.walk = Walk::Done;
+                }
+            } else if self.string {
                 match b {
                     _ if self.escaped => self.escaped = false,
                     b'\\' => self.escaped = true,
@@ -151,17 +161,8 @@ impl BatchScanner {
                 match b {
                     b'"' => self.string = true,
                     b'{' | b'[' => self.depth += 1,
-                    b'}' | b']' if self.depth > 0 => self.depth -= 1,
+                    b'}' | b']' => self.depth = self.depth.saturating_sub(1),
                     _ => {}
-                }
-            }
-            let outside = !self.string && self.depth == 0;
-            if b == b'\n' || (outside && matches!(b, b',' | b']')) {
-                self.element.feed(&bytes[from..i], |_| {});
-                self.end_element(from..i, each);
-                from = i + 1;
-                if b != b',' {
-                    self.walk = Walk::Done;
                 }
             }
             i += 1;

@@ -88,53 +88,27 @@ fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
 /// (after blanks and a byte order mark), as a slice of it without the blanks
 /// around it, empty ones skipped: strings and nesting are followed, nothing
 /// is validated or decoded. `false` if `json` is not an array. For doctor
-/// (the items of a page), which builds no tree; the bridge walks its
-/// batches as they stream ([`BatchScanner`](super::BatchScanner)).
+/// (the items of a page, one line of the app's), which builds no tree:
+/// the walk is the bridge's own for its batches
+/// ([`BatchScanner`](super::BatchScanner)), so there is one.
 #[cfg(any(feature = "doctor", test))]
 pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -> bool {
     let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
-    let json = json.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(json);
-    let open = match json.iter().position(|b| !blank(b)) {
-        Some(open) if json[open] == b'[' => open,
-        _ => return false,
-    };
-    let mut emit = |element: &[u8]| {
+    super::BatchScanner::for_each_element(json, &mut |at, _| {
+        let element = &json[at];
         let start = element.iter().position(|b| !blank(b));
         let end = element.iter().rposition(|b| !blank(b));
         if let (Some(start), Some(end)) = (start, end) {
             each(&element[start..=end]);
         }
-    };
-    let mut depth = 0usize;
-    let mut from = open + 1;
-    let mut closed = false;
-    for_each_outside_strings(json, from, |i, b| {
-        match b {
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth > 0 => depth -= 1,
-            b',' | b']' if depth == 0 => {
-                emit(&json[from..i]);
-                from = i + 1;
-                closed = b == b']';
-                return !closed;
-            }
-            _ => {}
-        }
-        true
-    });
-    if !closed && from < json.len() {
-        // An array cut short (the kept start of a long batch): its last
-        // element, as far as it goes, still names its id.
-        emit(&json[from..]);
-    }
-    true
+    })
 }
 
 /// Calls `each` with the index and value of every byte of `json` from
 /// `from` on that is outside a string (its quotes included in the
 /// string), until `each` returns `false`: the structure of a JSON text,
-/// walked once for the array walker here and doctor's nesting depth.
-#[cfg(any(feature = "doctor", test))]
+/// for doctor's nesting depth.
+#[cfg(feature = "doctor")]
 pub(crate) fn for_each_outside_strings(
     json: &[u8],
     from: usize,
