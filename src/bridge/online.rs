@@ -217,10 +217,7 @@ where
                     }
                 }
                 Some(TakenBack::Rejected(why)) => {
-                    return Ok(Up::NotTakenBack(
-                        format!("the app rejected the replayed initialize: {}", why),
-                        true,
-                    ))
+                    return Ok(Up::NotTakenBack(rejected(&why), true))
                 }
                 None if Instant::now() >= deadline => {
                     return Ok(Up::NotTakenBack(
@@ -381,6 +378,12 @@ where
         }
         super::report_lost(&mut ledger.borrow_mut(), log);
     }
+}
+
+/// Why an instance that said no to the replayed `initialize` (`why`) did
+/// not take the session back.
+pub(super) fn rejected(why: &str) -> String {
+    format!("the app rejected the replayed initialize: {}", why)
 }
 
 /// Writes the bridge's lines owed to the client, when the client's stream

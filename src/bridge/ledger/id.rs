@@ -165,8 +165,7 @@ fn nearest_double(digits: &[u8], mut exponent: i64) -> Option<(u64, i64)> {
     for _ in 0..QUOTIENT_BITS {
         mul_add(&mut num, 2, 0);
         q <<= 1;
-        if cmp(&num, &den) != std::cmp::Ordering::Less {
-            sub(&mut num, &den);
+        if sub_if_not_less(&mut num, &den) {
             q |= 1;
         }
     }
@@ -230,28 +229,24 @@ fn bit_len(n: &[u32]) -> usize {
     }
 }
 
-fn cmp(a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+/// `a -= b` if `a >= b`: whether it was.
+fn sub_if_not_less(a: &mut [u32], b: &[u32]) -> bool {
+    let at = |n: &[u32], i: usize| u64::from(n.get(i).copied().unwrap_or(0));
     let len = a.len().max(b.len());
-    for i in (0..len).rev() {
-        let (x, y) = (
-            a.get(i).copied().unwrap_or(0),
-            b.get(i).copied().unwrap_or(0),
-        );
-        if x != y {
-            return x.cmp(&y);
-        }
+    let first_apart = (0..len)
+        .rev()
+        .map(|i| at(a, i).cmp(&at(b, i)))
+        .find(|o| o.is_ne());
+    if first_apart == Some(std::cmp::Ordering::Less) {
+        return false;
     }
-    std::cmp::Ordering::Equal
-}
-
-/// `a -= b`, `a >= b`.
-fn sub(a: &mut [u32], b: &[u32]) {
-    let mut borrow = 0i64;
-    for (i, limb) in a.iter_mut().enumerate() {
-        let v = i64::from(*limb) - i64::from(b.get(i).copied().unwrap_or(0)) - borrow;
-        borrow = i64::from(v < 0);
-        *limb = (v + (borrow << 32)) as u32;
+    let mut borrow = 0;
+    for i in 0..a.len() {
+        let v = at(a, i).wrapping_sub(at(b, i)).wrapping_sub(borrow);
+        a[i] = v as u32;
+        borrow = v >> 63;
     }
+    true
 }
 
 /// `s` and the string's content (UTF-8, escapes resolved).
