@@ -143,9 +143,7 @@ impl AppSide {
         if self.cur.len == 0 || !self.scanner.object_ended() {
             return false;
         }
-        if self.buf.len() == self.end {
-            self.buf.push(0);
-        }
+        // Room for it: the read that saw the end had BUFFER_SIZE.
         self.buf[self.end] = b'\n';
         self.take(1, ledger);
         true

@@ -216,10 +216,7 @@ where
                     }
                 }
                 Some(TakenBack::Rejected(why)) => {
-                    return Ok(Up::NotTakenBack(
-                        format!("the app rejected the replayed initialize: {}", why),
-                        true,
-                    ))
+                    return Ok(Up::NotTakenBack(rejected(&why), true))
                 }
                 None if crate::clock::now() >= deadline => {
                     return Ok(Up::NotTakenBack(
@@ -390,6 +387,12 @@ pub(super) fn learn(ledger: &RefCell<Ledger>) {
     for learnt in ledger.take_learnt() {
         ledger.answers().learn(learnt);
     }
+}
+
+/// Why an instance that said no to the replayed `initialize` (`why`) did
+/// not take the session back.
+pub(super) fn rejected(why: &str) -> String {
+    format!("the app rejected the replayed initialize: {}", why)
 }
 
 /// Writes the bridge's lines owed to the client, when the client's stream

@@ -319,10 +319,9 @@ where
         // An instance that said no to the replay and hung up at once did
         // not take the session back, whichever of the two was seen first.
         let end = match (end?, self.io.ledger.borrow_mut().taken_back.take()) {
-            (End::HungUp, Some(TakenBack::Rejected(why))) => End::NotTakenBack(
-                format!("the app rejected the replayed initialize: {}", why),
-                true,
-            ),
+            (End::HungUp, Some(TakenBack::Rejected(why))) => {
+                End::NotTakenBack(online::rejected(&why), true)
+            }
             (end, _) => end,
         };
         match end {

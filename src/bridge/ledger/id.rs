@@ -44,8 +44,9 @@ fn trim(raw: &[u8]) -> &[u8] {
 /// double (`100`, `1e2`, `100.0`, `18446744073709551616` and
 /// `18446744073709552000`). Integers below 2^53, which a double holds
 /// exactly, are never equal to another. A number no double holds apart
-/// from zero (past 1.8e308, or below 5e-324) is keyed by its exact decimal
-/// value (`d`). No float parsing: its code is 18 KB of the bridge-only
+/// from zero (past 1.8e308, or below 5e-324; JavaScript writes it back as
+/// `null` or `0`) is keyed by its first [`NO_DOUBLE_DIGITS`] digits and
+/// its magnitude (`d`): short, however long the id. No float parsing: its code is 18 KB of the bridge-only
 /// build, and the exact conversion here a tenth of that.
 fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
     let (negative, rest) = match raw.strip_prefix(b"-") {
@@ -68,15 +69,18 @@ fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
             if e.is_empty() || e.len() > 9 || !e.iter().all(u8::is_ascii_digit) {
                 return None;
             }
-            sign * std::str::from_utf8(e).ok()?.parse::<i64>().ok()?
+            sign * e.iter().fold(0, |v, d| v * 10 + i64::from(d - b'0'))
         }
     };
+    // The digits from the first that is not 0.
     let mut digits = Vec::with_capacity(mantissa.len());
     let mut seen_point = false;
     for &b in mantissa {
         match b {
             b'0'..=b'9' => {
-                digits.push(b - b'0');
+                if b != b'0' || !digits.is_empty() {
+                    digits.push(b - b'0');
+                }
                 if seen_point {
                     exponent -= 1;
                 }
@@ -85,11 +89,9 @@ fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         }
     }
-    let first = digits.iter().position(|&d| d != 0);
-    let mut digits = match first {
-        Some(first) => digits.split_off(first),
-        None => return Some(b"n0".to_vec()),
-    };
+    if digits.is_empty() {
+        return Some(b"n0".to_vec());
+    }
     while digits.last() == Some(&0) {
         digits.pop();
         exponent += 1;
@@ -102,13 +104,15 @@ fn number_key(raw: &[u8]) -> Option<Vec<u8>> {
         }
         None => {
             out[0] = b'd';
-            out.extend(digits.iter().map(|d| d + b'0'));
-            out.push(b'e');
-            out.extend_from_slice(exponent.to_string().as_bytes());
+            out.extend_from_slice(&digits[..digits.len().min(NO_DOUBLE_DIGITS)]);
+            out.extend_from_slice(&(exponent + digits.len() as i64).to_le_bytes());
         }
     }
     Some(out)
 }
+
+/// Digits of a number no double holds that its key keeps.
+const NO_DOUBLE_DIGITS: usize = 40;
 
 /// Decimal digits that decide how any decimal rounds to a double (the
 /// longest exact halfway case has 767 significant digits): the rest only
@@ -123,6 +127,9 @@ const SIGNIFICAND_BITS: u32 = 53;
 const MIN_POWER: i64 = -1074;
 const MAX_POWER: i64 = 971;
 
+/// Bits of the quotient found: enough for 56 and the place below.
+const QUOTIENT_BITS: i64 = 57;
+
 /// The double nearest `digits × 10^exponent` (`digits` with no leading or
 /// trailing zero; ties to even), as an odd significand and a power of two;
 /// `None` when it is infinite or zero.
@@ -130,15 +137,6 @@ fn nearest_double(digits: &[u8], mut exponent: i64) -> Option<(u64, i64)> {
     let len = digits.len() as i64;
     if len + exponent > 310 || len + exponent < -330 {
         return None;
-    }
-    // Exact at once: an integer a double holds.
-    if exponent >= 0 && len + exponent <= 15 {
-        let mut value = 0u64;
-        for &d in digits {
-            value = value * 10 + u64::from(d);
-        }
-        let value = value * 10u64.pow(exponent as u32);
-        return Some(odd(value, 0));
     }
     let mut num = vec![0u32];
     let kept = &digits[..digits.len().min(DECIDING_DIGITS)];
@@ -154,26 +152,27 @@ fn nearest_double(digits: &[u8], mut exponent: i64) -> Option<(u64, i64)> {
     for _ in 0..exponent.unsigned_abs() {
         mul_add(if exponent > 0 { &mut num } else { &mut den }, 10, 0);
     }
-    // num / den, scaled by 2^shift into [2^54, 2^56): 55 bits or more.
+    // num / den, scaled by 2^shift into [2^54, 2^56) (55 bits or more),
+    // found a bit at a time as a fraction of den × 2^QUOTIENT_BITS.
     let shift = 55 - (bit_len(&num) as i64 - bit_len(&den) as i64);
-    if shift > 0 {
-        num = shl(&num, shift as usize);
-    } else {
-        den = shl(&den, (-shift) as usize);
+    for _ in 0..shift.max(0) {
+        mul_add(&mut num, 2, 0);
     }
-    let mut step = shl(&den, 56);
+    for _ in 0..(-shift).max(0) + QUOTIENT_BITS {
+        mul_add(&mut den, 2, 0);
+    }
     let mut q = 0u64;
-    for bit in (0..=56).rev() {
-        if cmp(&num, &step) != std::cmp::Ordering::Less {
-            sub(&mut num, &step);
-            q |= 1 << bit;
+    for _ in 0..QUOTIENT_BITS {
+        mul_add(&mut num, 2, 0);
+        q <<= 1;
+        if sub_if_not_less(&mut num, &den) {
+            q |= 1;
         }
-        shr1(&mut step);
     }
     let sticky = num.iter().any(|&l| l != 0);
     let bits = 64 - q.leading_zeros();
     let mut drop = i64::from(bits - SIGNIFICAND_BITS);
-    if -shift + drop < MIN_POWER {
+    if drop - shift < MIN_POWER {
         drop = MIN_POWER + shift;
     }
     if drop > 60 {
@@ -208,7 +207,8 @@ fn odd(mut m: u64, mut power: i64) -> (u64, i64) {
 }
 
 // Unsigned integers of any size, 32-bit limbs, least significant first:
-// just what `nearest_double` does with them.
+// just what `nearest_double` does with them (no shifts: a doubling is a
+// multiplication).
 
 fn mul_add(n: &mut Vec<u32>, by: u32, add: u32) {
     let mut carry = u64::from(add);
@@ -229,49 +229,24 @@ fn bit_len(n: &[u32]) -> usize {
     }
 }
 
-fn shl(n: &[u32], bits: usize) -> Vec<u32> {
-    let (limbs, bits) = (bits / 32, bits % 32);
-    let mut out = vec![0u32; limbs];
-    let mut carry = 0u32;
-    for &l in n {
-        out.push(if bits == 0 { l } else { (l << bits) | carry });
-        carry = if bits == 0 { 0 } else { l >> (32 - bits) };
-    }
-    out.push(carry);
-    out
-}
-
-fn shr1(n: &mut [u32]) {
-    let mut carry = 0u32;
-    for limb in n.iter_mut().rev() {
-        let low = *limb & 1;
-        *limb = (*limb >> 1) | (carry << 31);
-        carry = low;
-    }
-}
-
-fn cmp(a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+/// `a -= b` if `a >= b`: whether it was.
+fn sub_if_not_less(a: &mut [u32], b: &[u32]) -> bool {
+    let at = |n: &[u32], i: usize| u64::from(n.get(i).copied().unwrap_or(0));
     let len = a.len().max(b.len());
-    for i in (0..len).rev() {
-        let (x, y) = (
-            a.get(i).copied().unwrap_or(0),
-            b.get(i).copied().unwrap_or(0),
-        );
-        if x != y {
-            return x.cmp(&y);
-        }
+    let first_apart = (0..len)
+        .rev()
+        .map(|i| at(a, i).cmp(&at(b, i)))
+        .find(|o| o.is_ne());
+    if first_apart == Some(std::cmp::Ordering::Less) {
+        return false;
     }
-    std::cmp::Ordering::Equal
-}
-
-/// `a -= b`, `a >= b`.
-fn sub(a: &mut [u32], b: &[u32]) {
-    let mut borrow = 0i64;
-    for (i, limb) in a.iter_mut().enumerate() {
-        let v = i64::from(*limb) - i64::from(b.get(i).copied().unwrap_or(0)) - borrow;
-        borrow = i64::from(v < 0);
-        *limb = (v + (borrow << 32)) as u32;
+    let mut borrow = 0;
+    for i in 0..a.len() {
+        let v = at(a, i).wrapping_sub(at(b, i)).wrapping_sub(borrow);
+        a[i] = v as u32;
+        borrow = v >> 63;
     }
+    true
 }
 
 /// `s` and the string's content (UTF-8, escapes resolved).
