@@ -770,6 +770,32 @@ fn log_lines_go_to_the_apps_function_instead_of_stderr() {
     });
 }
 
+/// `host::caller` reads the spec's `io.modelcontextprotocol/clientInfo`
+/// first (a client no CLI key names is still a caller, `"mcp"`), and the
+/// CLI-specific keys beside it as the finer grain.
+#[test]
+fn caller_reads_the_spec_s_client_info_first() {
+    use mcp_bridge::host::caller;
+    let s = Some;
+    #[rustfmt::skip]
+    let cases = [
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"some-client","version":"1.2.0"}}"#,
+            Some(("mcp", s("some-client"), s("1.2.0"), None, None))),
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"codex-mcp-client","version":"0.9"},"threadId":"t"}"#,
+            Some(("codex", s("codex-mcp-client"), s("0.9"), s("t"), None))),
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"claude-code"},"claudecode/toolUseId":"toolu_1"}"#,
+            Some(("claude-code", s("claude-code"), None, None, s("toolu_1")))),
+        // Empty or mistyped fields name no one.
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"","version":2}}"#, None),
+        (r#"{"io.modelcontextprotocol/clientInfo":"x"}"#, None),
+    ];
+    for (meta, expected) in cases {
+        let meta: serde_json::Value = serde_json::from_str(meta).unwrap();
+        let who = caller(&meta).map(|c| (c.client, c.name, c.version, c.conversation, c.call));
+        assert_eq!(who, expected, "{}", meta);
+    }
+}
+
 /// `host::caller` reads each CLI's keys (Codex's thread, turn and session,
 /// Claude Code's tool use, VS Code's chat and request, Antigravity's
 /// conversation, OpenCode's session), in the documented order, and only
