@@ -89,7 +89,7 @@
 //! The bridge relays it to the CLI like any other line, and the CLI shows
 //! the message. [`REFUSAL_CODE`] is `-32000`, the first of JSON-RPC's
 //! "server error" codes, the one the bridge's own error responses use
-//! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same constant);
+//! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same code);
 //! `<why>` is a JSON string, written by the bridge's error-line writer.
 //!
 //! # Who is calling
@@ -157,11 +157,11 @@ mod options;
 mod peer_log;
 mod refusal;
 
-/// The JSON-RPC error code of the refusal line: the bridge's
-/// [`ERROR_CODE`](crate::bridge::ERROR_CODE), under the name the host's
-/// users know it by.
-pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
 pub use crate::caller::{caller, Caller};
+/// The JSON-RPC error code of the refusal line: the crate's one error
+/// code (`-32000`, the bridge's errors use it too), under the name the
+/// host's users know it by.
+pub use crate::envelope::ERROR_CODE as REFUSAL_CODE;
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 pub use peer_log::LogSink;
