@@ -88,6 +88,36 @@ fn handshake_and_the_bytes_behind_it() {
     });
 }
 
+/// Issue 43: each connection carries what the kernel knows of the process
+/// that connected, not what it wrote: a real bridge's pid (Linux) and our
+/// uid, whatever its identity line claims.
+#[test]
+fn the_connection_names_the_peer_process_the_kernel_saw() {
+    let dir = TempDir::new("peer", 0o700);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        let mut bridge = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-bridge"))
+            .args(["mcp-server", "--endpoint"])
+            .arg(dir.socket())
+            .args(["--requester", "someone-else", "--no-reconnect"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let connection = accept(&listener).await;
+        assert_eq!(connection.handshake.requester, "someone-else");
+        let peer = connection.peer;
+        assert_eq!(peer.uid, Some(rustix::process::geteuid().as_raw()));
+        if cfg!(any(target_os = "linux", target_os = "android")) {
+            assert_eq!(peer.pid, Some(bridge.id()));
+        }
+        drop(bridge.stdin.take());
+        drop(connection);
+        bridge.wait().unwrap();
+    });
+}
+
 #[test]
 fn socket_is_0600_ours_and_nothing_else_is_left() {
     let dir = TempDir::new("mode", 0o755);

@@ -182,13 +182,35 @@ pub struct Listener {
 /// One accepted bridge whose handshake has been read.
 #[derive(Debug)]
 pub struct Connection {
-    /// Who is calling: the project and the requesting agent.
+    /// Who is calling: the project and the requesting agent, as the peer
+    /// wrote them. Any process of our user may connect and write any
+    /// line: it says which agent the bridge speaks for, and proves
+    /// nothing (see [`peer`](Self::peer) for what the kernel knows).
     pub handshake: Handshake,
+    /// The process that connected, as the kernel recorded it: what an app
+    /// that wants more than the identity line can check itself.
+    pub peer: Peer,
     /// What the bridge sends after the handshake: the MCP client's messages.
     pub reader: Reader,
     /// Where the MCP server's messages go. Closing it (`close()`) tells the
     /// bridge no more will come; dropping both halves closes the connection.
     pub writer: Writer,
+}
+
+/// The process at the other end of a [`Connection`], as the kernel
+/// recorded it when it connected, not as the peer says: on Linux its pid
+/// and uid (`SO_PEERCRED`); on the other Unix systems its uid
+/// (`getpeereid`), no pid; on Windows neither yet (the pipe admits our
+/// own user only). The uid is always ours: the listener refuses any
+/// other. A pid can be reused once that process exits; check it while
+/// the connection is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Peer {
+    /// The peer's process id, where the system says it.
+    pub pid: Option<u32>,
+    /// The peer's user id (Unix), where the system says it.
+    pub uid: Option<u32>,
 }
 
 /// The reading half of a [`Connection`], starting right after the
