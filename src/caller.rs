@@ -7,6 +7,13 @@
 //! with [`caller`] (public as `mcp_bridge::host::caller`); the traffic log
 //! records it.
 //!
+//! The spec's key comes first: since the 2026-07-28 revision a client
+//! names itself in every request's `_meta` as
+//! `io.modelcontextprotocol/clientInfo` (`{name, version}`), the same for
+//! every client, so an app can tell its callers apart without knowing
+//! which CLI it serves. The CLI-specific keys stay as the finer grain:
+//! the session, thread and tool use no spec key names.
+//!
 //! Nothing here is authenticated: any process that can reach the endpoint
 //! can write any `_meta`. It says which agent the CLI meant, not who is at
 //! the keyboard.
@@ -20,8 +27,15 @@ use serde_json::Value;
 #[non_exhaustive]
 pub struct Caller<'a> {
     /// The client whose key named the caller: `"codex"`, `"claude-code"`,
-    /// `"vscode"`, `"antigravity"` or `"opencode"`.
+    /// `"vscode"`, `"antigravity"` or `"opencode"`; `"mcp"` when only the
+    /// spec's `io.modelcontextprotocol/clientInfo` names it.
     pub client: &'static str,
+    /// The client's own name, from the spec's
+    /// `io.modelcontextprotocol/clientInfo` `name` (what it also sends in
+    /// `initialize`'s `clientInfo`).
+    pub name: Option<&'a str>,
+    /// The client's version, from the same key's `version`.
+    pub version: Option<&'a str>,
     /// The CLI session the conversation belongs to, where the client names
     /// one apart from it: Codex's `session_id`, the same for a session's
     /// main thread and every sub-agent thread it spawned.
@@ -37,13 +51,14 @@ pub struct Caller<'a> {
 }
 
 /// The caller a request's `params._meta` names, or `None` when it names
-/// none (a client not listed here, a request sent without `_meta`, a
-/// `_meta` that is not an object). The keys, in the order they are tried
-/// (the first client whose key holds a non-empty string wins;
-/// docs/handshake.md says where each was checked):
+/// none (no key below, a request sent without `_meta`, a `_meta` that is
+/// not an object). The spec's key is read first, then the CLI-specific
+/// keys in the order below (the first client whose key holds a non-empty
+/// string wins; docs/handshake.md says where each was checked):
 ///
 /// | client | `_meta` key | [`Caller`] field |
 /// |---|---|---|
+/// | any (the spec, 2026-07-28) | `io.modelcontextprotocol/clientInfo`'s `name`, `version` | `name`, `version` |
 /// | Codex | `threadId` (else `x-codex-turn-metadata`'s `thread_id`) | `conversation` |
 /// | | `x-codex-turn-metadata`'s `session_id`, `turn_id` | `session`, `call` |
 /// | Claude Code | `claudecode/toolUseId` | `call` |
@@ -67,8 +82,41 @@ pub struct Caller<'a> {
 /// assert_eq!(who.client, "vscode");
 /// assert_eq!(who.conversation, Some("chat-1"));
 /// assert_eq!(who.call, Some("req-9"));
+/// assert_eq!(who.name, None);
 /// ```
 pub fn caller(meta: &Value) -> Option<Caller<'_>> {
+    let info = meta.get(CLIENT_INFO_KEY);
+    let (name, version) = (text(info, "name"), text(info, "version"));
+    let finer = finer_grain(meta);
+    let (client, session, conversation, call) = match finer {
+        Some(found) => found,
+        None if name.is_some() || version.is_some() => ("mcp", None, None, None),
+        None => return None,
+    };
+    Some(Caller {
+        client,
+        name,
+        version,
+        session,
+        conversation,
+        call,
+    })
+}
+
+/// The `_meta` key the spec (2026-07-28) gives every request's caller.
+const CLIENT_INFO_KEY: &str = "io.modelcontextprotocol/clientInfo";
+
+/// The CLI whose own key names the caller, and the session, conversation
+/// and call it names.
+type Finer<'a> = (
+    &'static str,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+/// What the CLI-specific keys name, if any holds a non-empty string.
+fn finer_grain(meta: &Value) -> Option<Finer<'_>> {
     let key = |name: &str| text(Some(meta), name);
     let turn = meta.get("x-codex-turn-metadata");
     let thread = key("threadId").or_else(|| text(turn, "thread_id"));
@@ -90,12 +138,7 @@ pub fn caller(meta: &Value) -> Option<Caller<'_>> {
     } else {
         ("opencode", None, Some(key("ai.opencode/sessionID")?), None)
     };
-    Some(Caller {
-        client,
-        session,
-        conversation,
-        call,
-    })
+    Some((client, session, conversation, call))
 }
 
 /// `object[key]`, if it is a non-empty string.

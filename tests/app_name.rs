@@ -321,6 +321,83 @@ fn doctor_prints_the_configuration_with_the_app_name() {
     assert_eq!(config["portable"], true);
 }
 
+/// Issue 43: doctor keeps every option it is given. The cache options are
+/// named in the report (doctor reads no cache) and kept in the line to
+/// paste, so pasting it does not turn the cache back on; a line that holds
+/// a path of this machine (`--log`, `--cache-dir`) is not called portable,
+/// even with `--app`.
+#[cfg(feature = "doctor")]
+#[test]
+fn doctor_keeps_every_option_and_calls_only_a_pathless_line_portable() {
+    let runtime = TempDir::new("app-doctor-keeps", 0o700);
+    let app = app_name("keeps");
+    let log = runtime.0.join("bridge.log");
+    let cache = runtime.0.join("cache");
+    let (log, cache) = (log.to_str().unwrap(), cache.to_str().unwrap());
+    let run = |options: &[&str]| {
+        let mut doctor = Command::new(BIN);
+        clean(&mut doctor, Some(&runtime.0))
+            .args(["doctor", "--app", &app])
+            .args(options);
+        let out = doctor.stdin(Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "nothing listens there");
+        out.stdout
+    };
+    let json = |options: &[&str]| -> serde_json::Value {
+        let mut with_json = options.to_vec();
+        with_json.push("--json");
+        serde_json::from_slice(&run(&with_json)).unwrap()
+    };
+    let ignored = |report: &serde_json::Value| -> Vec<String> {
+        let options = report["ignored_options"].as_array().unwrap();
+        options
+            .iter()
+            .map(|o| o["option"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let report = json(&["--no-cache"]);
+    assert_eq!(
+        report["config"]["args"],
+        serde_json::json!(["mcp-server", "--app", app, "--no-cache"])
+    );
+    assert_eq!(report["config"]["portable"], true);
+    assert_eq!(ignored(&report), ["--no-cache"]);
+
+    let report = json(&["--log", log, "--cache-dir", cache]);
+    assert_eq!(
+        report["config"]["args"],
+        serde_json::json!([
+            "mcp-server",
+            "--app",
+            app,
+            "--log",
+            log,
+            "--cache-dir",
+            cache
+        ])
+    );
+    assert_eq!(
+        report["config"]["portable"], false,
+        "a path of this machine"
+    );
+    assert_eq!(ignored(&report), ["--cache-dir"]);
+
+    let text = String::from_utf8(run(&["--cache-dir", cache])).unwrap();
+    assert!(
+        text.contains("note  --cache-dir is ignored: doctor asks the app itself"),
+        "{}",
+        text
+    );
+    assert!(text.contains(&format!("--cache-dir {}", cache)), "{}", text);
+    assert!(text.contains("fit this machine only"), "{}", text);
+    assert!(
+        !text.contains("the same for every user and OS: to check"),
+        "{}",
+        text
+    );
+}
+
 /// The library's host binds what the bridge looks for, in this process's
 /// own environment, wherever the rule puts it, and reads the handshake's
 /// optional fields.

@@ -12,7 +12,7 @@ use std::fs;
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -496,6 +496,15 @@ impl Conn {
 /// A scripted app at `socket`: every connection is handed to `app` on a
 /// thread of its own once its handshake line is read. The threads live
 /// as long as the test process, as an app that never lets go would.
+/// A [`fake_app`] on a socket in a new private directory named after
+/// `name`: the directory (kept alive by the caller) and the socket.
+fn fake_app_in(name: &str, app: fn(Conn) -> io::Result<()>) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name, 0o700);
+    let socket = dir.socket();
+    fake_app(&socket, app);
+    (dir, socket)
+}
+
 fn fake_app(socket: &Path, app: fn(Conn) -> io::Result<()>) {
     let listener = UnixListener::bind(socket).unwrap();
     std::thread::spawn(move || {
@@ -723,14 +732,24 @@ fn doctor_trusts_the_server_user_it_is_told_to() {
     );
 }
 
+/// Runs doctor on `socket` with `options` and `--json`, which must fail
+/// at the tools/list step, and returns the report's error.
+fn list_step_failure(socket: &Path, options: &[&str]) -> String {
+    let mut args = vec!["--endpoint", socket.to_str().unwrap(), "--json"];
+    args.extend_from_slice(options);
+    let output = doctor(&args);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
+    report["error"].as_str().unwrap().to_owned()
+}
+
 /// Issue 20, doctor 2: `--timeout` bounds the whole list step, every
 /// page of it, not each page (an app whose pages each take 0.2 s and never
 /// end cost 100 pages of them before).
 #[test]
 fn doctor_bounds_a_whole_list_not_each_page() {
-    let dir = TempDir::new("doctor-pages", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-pages", |mut app| {
         app.initialize()?;
         let mut page = 0;
         while let Some(request) = app.request() {
@@ -743,17 +762,7 @@ fn doctor_bounds_a_whole_list_not_each_page() {
         }
         Ok(())
     });
-    let output = doctor(&[
-        "--endpoint",
-        socket.to_str().unwrap(),
-        "--timeout",
-        "1",
-        "--json",
-    ]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
-    let error = report["error"].as_str().unwrap();
+    let error = list_step_failure(&socket, &["--timeout", "1"]);
     assert!(
         error.starts_with("no answer to tools/list page "),
         "{}",
@@ -770,9 +779,7 @@ fn doctor_bounds_a_whole_list_not_each_page() {
 /// reading cannot hold doctor's write of the next request forever.
 #[test]
 fn doctor_bounds_a_write_the_app_does_not_read() {
-    let dir = TempDir::new("doctor-stuck", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-stuck", |mut app| {
         app.initialize()?;
         let request = app.request().expect("tools/list");
         // Far more than a socket's buffers hold (a few hundred KiB), so the
@@ -789,18 +796,8 @@ fn doctor_bounds_a_write_the_app_does_not_read() {
             std::thread::park();
         }
     });
-    let output = doctor(&[
-        "--endpoint",
-        socket.to_str().unwrap(),
-        "--timeout",
-        "3",
-        "--json",
-    ]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
     assert_eq!(
-        report["error"],
+        list_step_failure(&socket, &["--timeout", "3"]),
         "sending tools/list (page 2) did not finish within 3s: the app is not reading what it is sent"
     );
 }
@@ -809,9 +806,7 @@ fn doctor_bounds_a_write_the_app_does_not_read() {
 /// doctor a few quoted lines and a count, not a warning per line.
 #[test]
 fn doctor_counts_a_flood_of_lines_that_are_not_json() {
-    let dir = TempDir::new("doctor-flood", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-flood", |mut app| {
         let _ = app.request();
         let mut chunk = Vec::new();
         for i in 0..1000 {
@@ -859,9 +854,7 @@ fn doctor_counts_a_flood_of_lines_that_are_not_json() {
 /// report stays small.
 #[test]
 fn doctor_fails_a_tool_list_too_large_for_any_cli() {
-    let dir = TempDir::new("doctor-huge", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-huge", |mut app| {
         app.initialize()?;
         let request = app.request().expect("tools/list");
         let mut page = format!(
@@ -912,9 +905,7 @@ fn doctor_fails_a_tool_list_too_large_for_any_cli() {
 /// flagged.
 #[test]
 fn doctor_flags_replies_that_are_not_jsonrpc_2_0() {
-    let dir = TempDir::new("doctor-version", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-version", |mut app| {
         let request = app.request().expect("initialize");
         app.send(
             &json!({"jsonrpc": "1.0", "id": request["id"], "result": {
@@ -966,9 +957,7 @@ fn doctor_flags_replies_that_are_not_jsonrpc_2_0() {
 /// error text are escaped in the text report and on stderr.
 #[test]
 fn doctor_escapes_the_apps_control_characters() {
-    let dir = TempDir::new("doctor-escape", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-escape", |mut app| {
         let request = app.request().expect("initialize");
         app.send("\u{1b}[2J\u{1b}[1;1H  ok    all good\u{7}\r")?;
         app.answer(
@@ -1075,9 +1064,7 @@ fn doctor_json_escapes_what_a_terminal_would_obey() {
 /// pages and pass with one warning.
 #[test]
 fn doctor_fails_a_list_whose_cursor_comes_round_again() {
-    let dir = TempDir::new("doctor-cycle", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-cycle", |mut app| {
         app.initialize()?;
         while let Some(request) = app.request() {
             let next = if request["params"]["cursor"] == "a" {
@@ -1092,16 +1079,10 @@ fn doctor_fails_a_list_whose_cursor_comes_round_again() {
         }
         Ok(())
     });
-    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
     assert_eq!(
-        report["error"],
+        list_step_failure(&socket, &[]),
         "page 3 of tools/list gives a nextCursor an earlier page gave (\"a\"): \
-         a CLI following it would ask for the same pages for ever",
-        "{:#}",
-        report
+         a CLI following it would ask for the same pages for ever"
     );
 }
 
@@ -1111,9 +1092,7 @@ fn doctor_fails_a_list_whose_cursor_comes_round_again() {
 /// gets no tool list at all. Doctor fails the step and says why.
 #[test]
 fn doctor_fails_a_list_nested_deeper_than_a_cli_reads() {
-    let dir = TempDir::new("doctor-deep", 0o700);
-    let socket = dir.socket();
-    fake_app(&socket, |mut app| {
+    let (_dir, socket) = fake_app_in("doctor-deep", |mut app| {
         app.initialize()?;
         let request = app.request().expect("tools/list");
         let depth = 100_000;
@@ -1125,11 +1104,7 @@ fn doctor_fails_a_list_nested_deeper_than_a_cli_reads() {
         while app.request().is_some() {}
         Ok(())
     });
-    let output = doctor(&["--endpoint", socket.to_str().unwrap(), "--json"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["failed_step"], "tools/list", "{:#}", report);
-    let error = report["error"].as_str().unwrap();
+    let error = list_step_failure(&socket, &[]);
     assert!(
         error.starts_with("page 1 of tools/list nests arrays and objects 100004 levels deep"),
         "{}",

@@ -88,6 +88,36 @@ fn handshake_and_the_bytes_behind_it() {
     });
 }
 
+/// Issue 43: each connection carries what the kernel knows of the process
+/// that connected, not what it wrote: a real bridge's pid (Linux) and our
+/// uid, whatever its identity line claims.
+#[test]
+fn the_connection_names_the_peer_process_the_kernel_saw() {
+    let dir = TempDir::new("peer", 0o700);
+    smol::block_on(async {
+        let listener = Listener::bind(dir.socket()).unwrap();
+        let mut bridge = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-bridge"))
+            .args(["mcp-server", "--endpoint"])
+            .arg(dir.socket())
+            .args(["--requester", "someone-else", "--no-reconnect"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let connection = accept(&listener).await;
+        assert_eq!(connection.handshake.requester, "someone-else");
+        let peer = connection.peer;
+        assert_eq!(peer.uid, Some(rustix::process::geteuid().as_raw()));
+        if cfg!(any(target_os = "linux", target_os = "android")) {
+            assert_eq!(peer.pid, Some(bridge.id()));
+        }
+        drop(bridge.stdin.take());
+        drop(connection);
+        bridge.wait().unwrap();
+    });
+}
+
 #[test]
 fn socket_is_0600_ours_and_nothing_else_is_left() {
     let dir = TempDir::new("mode", 0o755);
@@ -768,6 +798,32 @@ fn log_lines_go_to_the_apps_function_instead_of_stderr() {
         assert!(dropped.starts_with("dropped a connection: "), "{}", dropped);
         drop(listener);
     });
+}
+
+/// `host::caller` reads the spec's `io.modelcontextprotocol/clientInfo`
+/// first (a client no CLI key names is still a caller, `"mcp"`), and the
+/// CLI-specific keys beside it as the finer grain.
+#[test]
+fn caller_reads_the_spec_s_client_info_first() {
+    use mcp_bridge::host::caller;
+    let s = Some;
+    #[rustfmt::skip]
+    let cases = [
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"some-client","version":"1.2.0"}}"#,
+            Some(("mcp", s("some-client"), s("1.2.0"), None, None))),
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"codex-mcp-client","version":"0.9"},"threadId":"t"}"#,
+            Some(("codex", s("codex-mcp-client"), s("0.9"), s("t"), None))),
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"claude-code"},"claudecode/toolUseId":"toolu_1"}"#,
+            Some(("claude-code", s("claude-code"), None, None, s("toolu_1")))),
+        // Empty or mistyped fields name no one.
+        (r#"{"io.modelcontextprotocol/clientInfo":{"name":"","version":2}}"#, None),
+        (r#"{"io.modelcontextprotocol/clientInfo":"x"}"#, None),
+    ];
+    for (meta, expected) in cases {
+        let meta: serde_json::Value = serde_json::from_str(meta).unwrap();
+        let who = caller(&meta).map(|c| (c.client, c.name, c.version, c.conversation, c.call));
+        assert_eq!(who, expected, "{}", meta);
+    }
 }
 
 /// `host::caller` reads each CLI's keys (Codex's thread, turn and session,

@@ -169,7 +169,7 @@ fn serve_logs_both_directions_and_its_events() {
 }
 
 /// A request that names its caller in `params._meta` (Codex's thread and
-/// turn, VS Code's chat and request) gets `caller=` and the ids in its
+/// turn, VS Code's chat and request, the spec's clientInfo) gets `caller=` and the ids in its
 /// record; one that names none (or is an answer going back) gets none.
 #[test]
 fn a_request_record_names_its_caller() {
@@ -177,10 +177,11 @@ fn a_request_record_names_its_caller() {
     let log = log_path(&dir);
     let mut serve = start_serve(&dir.socket(), &log, &[]);
     let mut client = Client::connect(&dir.socket(), "r");
-    let lines: [&[u8]; 3] = [
+    let lines: [&[u8]; 4] = [
         br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"threadId":"th-2","x-codex-turn-metadata":{"session_id":"se-1","thread_id":"th-2","turn_id":"tu-3"}}}}"#,
         br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"vscode.conversationId":"chat 1","vscode.requestId":"req-9"}}}"#,
         br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":3}}}"#,
+        br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"some client","version":"1.0"}}}}"#,
     ];
     for line in lines {
         client.echo(&[line, b"\n"].concat());
@@ -201,7 +202,41 @@ fn a_request_record_names_its_caller() {
         "app->cli conn=1 request id=2 method=tools/call",
         "cli->app conn=1 request id=3 method=tools/call",
         "app->cli conn=1 request id=3 method=tools/call",
+        "cli->app conn=1 request id=4 method=tools/call caller=mcp client=some\\x20client version=1.0",
+        "app->cli conn=1 request id=4 method=tools/call",
     ], "{}", records.join("\n"));
+}
+
+/// A caller whose id holds the text of an escape (`lit\x20eral`) and a
+/// caller whose id holds what it stands for (`lit eral`) are two callers:
+/// the field escapes the backslash too, so their records differ.
+#[test]
+fn two_callers_an_escape_apart_are_logged_apart() {
+    let dir = TempDir::new("log-backslash", 0o700);
+    let log = log_path(&dir);
+    let mut serve = start_serve(&dir.socket(), &log, &[]);
+    let mut client = Client::connect(&dir.socket(), "r");
+    let lines: [&[u8]; 2] = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"ai.opencode/sessionID":"lit\\x20eral"}}}"#,
+        br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"ai.opencode/sessionID":"lit eral"}}}"#,
+    ];
+    for line in lines {
+        client.echo(&[line, b"\n"].concat());
+    }
+    drop(client);
+    wait_for_record(&mut serve, &log, "ended");
+    let records = records(&log);
+    let conversations: Vec<&str> = records
+        .iter()
+        .filter(|r| r.starts_with("cli->app "))
+        .filter_map(|r| r.split(' ').find(|f| f.starts_with("conversation=")))
+        .collect();
+    assert_eq!(
+        conversations,
+        [r"conversation=lit\x5cx20eral", r"conversation=lit\x20eral"],
+        "{}",
+        records.join("\n")
+    );
 }
 
 /// Whatever a message holds (JSON's `\n` escapes, a CRLF, invalid UTF-8,

@@ -282,7 +282,8 @@ fn parse_serve(
 }
 
 /// `doctor` takes `mcp-server`'s whole line and its own `--json` and
-/// `--timeout`. The cache options change nothing: doctor asks the app.
+/// `--timeout`. The cache options change nothing in the check (doctor asks
+/// the app), but the report names them and the pasted line keeps them.
 #[cfg(feature = "doctor")]
 fn parse_doctor(
     mut args: Parser<impl Iterator<Item = OsString>>,
@@ -312,6 +313,8 @@ fn parse_doctor(
     config.reconnect = line.no_reconnect.is_none();
     config.reconnect_timeout = line.reconnect_timeout;
     config.log = line.log.or(env_log);
+    config.cache_dir = line.cache_dir;
+    config.no_cache = line.no_cache.is_some();
     Ok(Command::Doctor {
         config,
         json: json.is_some(),

@@ -395,12 +395,13 @@ fn doctor_takes_every_mcp_server_option() {
         other => panic!("expected doctor, got {:?}", other),
     };
     let config = doctor(&line);
-    // The cache is the bridge's alone: doctor asks the app itself.
+    // The cache is the bridge's alone (doctor asks the app itself), but
+    // doctor keeps the options, to name them and to paste them.
     assert_eq!(bridge.cache, Some(PathBuf::from("/tmp/cache")));
-    assert_eq!(
-        doctor(&["--endpoint=/x", "--no-cache"]),
-        doctor::Config::new("/x")
-    );
+    assert_eq!(config.cache_dir, Some(PathBuf::from("/tmp/cache")));
+    let mut no_cache = doctor::Config::new("/x");
+    no_cache.no_cache = true;
+    assert_eq!(doctor(&["--endpoint=/x", "--no-cache"]), no_cache);
     assert_eq!(config.endpoint, bridge.endpoint);
     assert_eq!(config.handshake, bridge.handshake);
     assert_eq!(config.connect_timeout, Some(bridge.connect_timeout));

@@ -40,7 +40,10 @@
 //! `mcp-server` by `doctor` in the line they configured. The options that
 //! apply mean what they mean to the bridge (`--connect-timeout`,
 //! `--trust-server-user`, `--log`); the report names those it ignores, and
-//! why ([`Report::ignored`]). The first step that fails ends the
+//! why ([`Report::ignored`]: `--reconnect-timeout`, `--no-reconnect`,
+//! `--cache-dir`, `--no-cache`). The configuration it prints to paste keeps
+//! every option given, the ignored ones too: pasting it must run the
+//! bridge the user asked for. The first step that fails ends the
 //! check; its text is the one the bridge would print (the same error
 //! types build it), so the fix the README gives for the bridge's message
 //! applies. Steps pass with warnings for what works now but is fragile or
@@ -131,6 +134,14 @@ pub struct Config {
     /// session is appended to, as the bridge's would be, so the log's own
     /// set-up is checked too. Default: none.
     pub log: Option<PathBuf>,
+    /// As `mcp-server --cache-dir`: doctor asks the app itself and reads no
+    /// answers cache, so this is named in the report as ignored, and kept
+    /// in the configuration it prints. Default: none.
+    pub cache_dir: Option<PathBuf>,
+    /// `true` for `mcp-server --no-cache`: as
+    /// [`cache_dir`](Self::cache_dir), ignored by the check and kept in
+    /// the configuration. Default: `false`.
+    pub no_cache: bool,
 }
 
 impl Config {
@@ -146,6 +157,8 @@ impl Config {
             reconnect: true,
             reconnect_timeout: None,
             log: None,
+            cache_dir: None,
+            no_cache: false,
         }
     }
 }

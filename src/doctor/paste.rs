@@ -45,9 +45,10 @@ pub struct Snippets {
     pub codex_toml: String,
     /// The `.vscode/mcp.json` document.
     pub vscode: Value,
-    /// Whether the endpoint is named by the app (`--app`), so the
-    /// configurations fit every user and OS once `command` is a name on
-    /// `PATH`.
+    /// Whether the endpoint is named by the app (`--app`) and no other
+    /// option names a path of this machine (`--log`, `--cache-dir`), so
+    /// the configurations fit every user and OS once `command` is a name
+    /// on `PATH`.
     pub portable: bool,
 }
 
@@ -188,6 +189,14 @@ impl Snippets {
             "Configuration (the command is this executable, '{}'):\n",
             self.command
         );
+        if !self.portable && self.args.get(1).map_or(false, |flag| flag == "--app") {
+            let _ = writeln!(
+                out,
+                "With --app the endpoint is the same for every user and OS, but --log or \
+                 --cache-dir\nnames a path on this machine: the lines below fit this machine \
+                 only.\n"
+            );
+        }
         if self.portable {
             let _ = writeln!(
                 out,

@@ -104,6 +104,20 @@ fn ignored(config: &Config) -> Vec<Ignored> {
                   of its own to turn off; the connect step tries once, as this option asks",
         });
     }
+    if config.cache_dir.is_some() {
+        ignored.push(Ignored {
+            option: "--cache-dir",
+            why: "doctor asks the app itself and reads no answers cache; the configuration \
+                  below keeps it for the bridge",
+        });
+    }
+    if config.no_cache {
+        ignored.push(Ignored {
+            option: "--no-cache",
+            why: "doctor asks the app itself and reads no answers cache; the configuration \
+                  below keeps it for the bridge",
+        });
+    }
     ignored
 }
 
@@ -550,10 +564,19 @@ fn snippets(config: &Config, server_name: Option<&str>) -> Snippets {
     if let Some(log) = &config.log {
         option("--log", log.to_string_lossy().into_owned());
     }
+    if let Some(dir) = &config.cache_dir {
+        option("--cache-dir", dir.to_string_lossy().into_owned());
+    }
     if !config.reconnect {
         args.push("--no-reconnect".to_string());
     }
-    Snippets::new(&paste::server_name(server_name), &command, args)
+    if config.no_cache {
+        args.push("--no-cache".to_string());
+    }
+    let mut snippets = Snippets::new(&paste::server_name(server_name), &command, args);
+    // A path of this machine's in the line makes it this machine's.
+    snippets.portable &= config.log.is_none() && config.cache_dir.is_none();
+    snippets
 }
 
 /// The facts of an `initialize` result, and what is wrong with it.

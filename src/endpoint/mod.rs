@@ -25,7 +25,11 @@ mod unix;
 #[cfg(unix)]
 use unix as platform;
 #[cfg(unix)]
-#[cfg_attr(not(feature = "host"), allow(unused_imports))] // the host's
+// The host's; on Linux it asks SO_PEERCRED itself, for the pid too.
+#[cfg_attr(
+    any(not(feature = "host"), target_os = "linux", target_os = "android"),
+    allow(unused_imports)
+)]
 pub(crate) use unix::{peer_uid, MAX_PATH_BYTES};
 #[cfg(windows)]
 mod windows;

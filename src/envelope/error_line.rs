@@ -10,6 +10,14 @@
 //! bridge-only build has no JSON library: so it is written by hand, and
 //! the host, which has one, uses it too, for one byte layout everywhere.
 
+/// The JSON-RPC error code of every error response the crate writes
+/// itself: `-32000`, the first of JSON-RPC's "server error" codes, which
+/// MCP CLIs show as `MCP error -32000`. Written here once; the bridge's
+/// answers and the host's refusal line both use it.
+// Until src/bridge/answer.rs imports it, the bridge-only build has no user.
+#[cfg_attr(not(feature = "host"), allow(dead_code))]
+pub const ERROR_CODE: i64 = -32000;
+
 /// A JSON-RPC error response line for a request whose id was `raw_id`
 /// (written exactly as given, so the client matches it byte for byte):
 /// `{"jsonrpc":"2.0","id":<raw_id>,"error":{"code":<code>,"message":"…"}}\n`,

@@ -62,6 +62,8 @@ pub(crate) use batch::batch_ids;
 pub(crate) use batch::{first_byte_after_space, BatchIds, BatchScanner};
 #[cfg(any(feature = "host", test))]
 pub(crate) use error_line::error_response_line;
+#[cfg_attr(not(feature = "host"), allow(unused_imports))] // until bridge/answer.rs uses it
+pub use error_line::ERROR_CODE;
 pub(crate) use error_line::{array_of_errors, push_error_response};
 use fast::{find_newline, skip_string, StringEnd, CLOSE, NESTED, OPEN, PLAIN, QUOTE, SCALAR_END};
 #[cfg(feature = "doctor")]

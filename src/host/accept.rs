@@ -20,7 +20,7 @@ use smol::Task;
 
 use super::handshake_line::{read_handshake, HandshakeFailure};
 use super::peer_log::{PeerLog, ACCEPTING_HELD_BACK, PEERS_HELD_BACK};
-use super::{lock, platform, Connection, LogSink, Options, Writer};
+use super::{lock, platform, Connection, LogSink, Options, Peer, Writer};
 
 /// Most connections that may be between "accepted" and "taken by
 /// [`Listener::accept`]" at once: reading their handshake, or waiting for
@@ -46,7 +46,7 @@ const ACCEPTS_BEFORE_YIELD: u32 = 32;
 pub(super) enum Accepted {
     /// A peer that passed the platform's checks (same user). Boxed: the
     /// streams are large, and the other variants are common under attack.
-    Peer(Box<(platform::Reader, platform::Writer)>),
+    Peer(Box<(platform::Reader, platform::Writer, Peer)>),
     /// A peer that was refused and already dropped; the text says why.
     Refused(String),
     /// A failure that may heal (out of memory, an aborted connection); the
@@ -111,7 +111,7 @@ pub(super) async fn accept_loop(
                 outage.ended(&options.log);
             }
         }
-        let (reader, writer) = match accepted {
+        let (reader, writer, peer) = match accepted {
             Ok(Accepted::Peer(streams)) => *streams,
             Ok(Accepted::Refused(why)) => {
                 peer_log.line(format_args!("refused {}", why));
@@ -163,8 +163,7 @@ pub(super) async fn accept_loop(
         let id = next_id;
         let heard = Arc::new(AtomicBool::new(platform::has_spoken(&reader)));
         let work = take_handshake(
-            reader,
-            writer,
+            (reader, writer, peer),
             (options.handshake_limit, options.handshake_timeout),
             ready.clone(),
             peer_log.clone(),
@@ -296,8 +295,7 @@ async fn drop_oldest(pending: &Pending, which: Silent) -> bool {
 /// Reads one peer's handshake, at most `limit` bytes within `timeout`
 /// (the listener's [`Options`]), and hands the connection to the app.
 async fn take_handshake(
-    reader: platform::Reader,
-    writer: platform::Writer,
+    (reader, writer, peer): (platform::Reader, platform::Writer, Peer),
     (limit, timeout): (usize, Duration),
     ready: Sender<io::Result<Connection>>,
     peer_log: Arc<PeerLog>,
@@ -307,6 +305,7 @@ async fn take_handshake(
         Ok((handshake, reader)) => {
             let connection = Connection {
                 handshake,
+                peer,
                 reader,
                 writer: Writer(writer),
             };

@@ -89,7 +89,7 @@
 //! The bridge relays it to the CLI like any other line, and the CLI shows
 //! the message. [`REFUSAL_CODE`] is `-32000`, the first of JSON-RPC's
 //! "server error" codes, the one the bridge's own error responses use
-//! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same constant);
+//! ([`bridge::ERROR_CODE`](crate::bridge::ERROR_CODE), the same code);
 //! `<why>` is a JSON string, written by the bridge's error-line writer.
 //!
 //! # Who is calling
@@ -157,11 +157,11 @@ mod options;
 mod peer_log;
 mod refusal;
 
-/// The JSON-RPC error code of the refusal line: the bridge's
-/// [`ERROR_CODE`](crate::bridge::ERROR_CODE), under the name the host's
-/// users know it by.
-pub use crate::bridge::ERROR_CODE as REFUSAL_CODE;
 pub use crate::caller::{caller, Caller};
+/// The JSON-RPC error code of the refusal line: the crate's one error
+/// code (`-32000`, the bridge's errors use it too), under the name the
+/// host's users know it by.
+pub use crate::envelope::ERROR_CODE as REFUSAL_CODE;
 pub use accept::MAX_PENDING;
 pub use options::{Options, HANDSHAKE_LIMIT, HANDSHAKE_TIMEOUT};
 pub use peer_log::LogSink;
@@ -182,13 +182,35 @@ pub struct Listener {
 /// One accepted bridge whose handshake has been read.
 #[derive(Debug)]
 pub struct Connection {
-    /// Who is calling: the project and the requesting agent.
+    /// Who is calling: the project and the requesting agent, as the peer
+    /// wrote them. Any process of our user may connect and write any
+    /// line: it says which agent the bridge speaks for, and proves
+    /// nothing (see [`peer`](Self::peer) for what the kernel knows).
     pub handshake: Handshake,
+    /// The process that connected, as the kernel recorded it: what an app
+    /// that wants more than the identity line can check itself.
+    pub peer: Peer,
     /// What the bridge sends after the handshake: the MCP client's messages.
     pub reader: Reader,
     /// Where the MCP server's messages go. Closing it (`close()`) tells the
     /// bridge no more will come; dropping both halves closes the connection.
     pub writer: Writer,
+}
+
+/// The process at the other end of a [`Connection`], as the kernel
+/// recorded it when it connected, not as the peer says: on Linux its pid
+/// and uid (`SO_PEERCRED`); on the other Unix systems its uid
+/// (`getpeereid`), no pid; on Windows neither yet (the pipe admits our
+/// own user only). The uid is always ours: the listener refuses any
+/// other. A pid can be reused once that process exits; check it while
+/// the connection is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Peer {
+    /// The peer's process id, where the system says it.
+    pub pid: Option<u32>,
+    /// The peer's user id (Unix), where the system says it.
+    pub uid: Option<u32>,
 }
 
 /// The reading half of a [`Connection`], starting right after the

@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures_lite::io::AsyncWriteExt;
 
 use super::Connection;
-use crate::bridge::ERROR_CODE;
-use crate::{envelope, wait};
+use crate::envelope::{self, ERROR_CODE};
+use crate::wait;
 
 /// How long [`Connection::refuse`] may take to write its line. It fits in
 /// any socket buffer, so only a peer that filled ours without reading
@@ -62,8 +62,11 @@ mod tests {
         let line = refusal_line("busy \"now\"\n");
         assert_eq!(
             String::from_utf8(line.clone()).unwrap(),
-            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\
-             \"message\":\"busy \\\"now\\\"\\n\"}}\n"
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\
+                 \"message\":\"busy \\\"now\\\"\\n\"}}}}\n",
+                ERROR_CODE
+            )
         );
         let value: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(value["error"]["message"], "busy \"now\"\n");
@@ -81,7 +84,8 @@ mod tests {
             let value: Value = serde_json::from_slice(&line).unwrap();
             assert_eq!(value["error"]["message"], reason.as_str());
             let by_serde = format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":{}}}}}\n",
+                "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\"message\":{}}}}}\n",
+                ERROR_CODE,
                 Value::from(reason.as_str())
             );
             assert_eq!(String::from_utf8(line).unwrap(), by_serde, "{:?}", reason);

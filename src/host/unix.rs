@@ -134,8 +134,9 @@ use rustix::io::Errno;
 use smol::net::unix::{UnixListener, UnixStream};
 
 use super::accept::Accepted;
-use super::{lock, LogSink};
+use super::{lock, LogSink, Peer};
 use crate::dir_trust;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 use crate::endpoint::peer_uid;
 use crate::endpoint::MAX_PATH_BYTES;
 
@@ -587,15 +588,38 @@ impl Acceptor {
                 Err(e) => return Err(e),
             }
         };
-        Ok(match peer_uid(&stream) {
-            Ok(uid) if uid == self.uid => Accepted::Peer(Box::new((stream.clone(), stream))),
-            Ok(uid) => Accepted::Refused(format!(
+        Ok(match peer_credentials(&stream) {
+            Ok(peer) if peer.uid == Some(self.uid) => {
+                Accepted::Peer(Box::new((stream.clone(), stream, peer)))
+            }
+            Ok(peer) => Accepted::Refused(format!(
                 "a connection from uid {} (only uid {} may connect)",
-                uid, self.uid
+                peer.uid.unwrap_or(u32::MAX),
+                self.uid
             )),
             Err(e) => Accepted::Refused(format!("a connection whose user cannot be told ({})", e)),
         })
     }
+}
+
+/// What the kernel recorded of the process that connected: on Linux its
+/// pid and uid at `connect` (`SO_PEERCRED`), elsewhere its uid only
+/// (`getpeereid`; the pid is not asked).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_credentials(stream: &UnixStream) -> io::Result<Peer> {
+    let credentials = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(Peer {
+        pid: u32::try_from(credentials.pid.as_raw_nonzero().get()).ok(),
+        uid: Some(credentials.uid.as_raw()),
+    })
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn peer_credentials(stream: &UnixStream) -> io::Result<Peer> {
+    Ok(Peer {
+        pid: None,
+        uid: Some(peer_uid(stream)?),
+    })
 }
 
 impl Acceptor {

@@ -181,7 +181,15 @@ pub(super) fn hangup(reader: &Reader) -> impl std::future::Future<Output = ()> +
 impl Acceptor {
     pub(super) async fn accept(&self) -> io::Result<Accepted> {
         match self.0.next_connection().await {
-            Ok(Some((reader, writer))) => Ok(Accepted::Peer(Box::new((reader, writer)))),
+            // The client's pid (`GetNamedPipeClientProcessId`) is not
+            // asked yet; the pipe's DACL already let in our user only.
+            Ok(Some((reader, writer))) => {
+                let peer = super::Peer {
+                    pid: None,
+                    uid: None,
+                };
+                Ok(Accepted::Peer(Box::new((reader, writer, peer))))
+            }
             Ok(None) => Ok(Accepted::Refused(self.0.refusal())),
             Err(e) if is_transient(&e) => Ok(Accepted::Retry(e)),
             Err(e) => Err(e),

@@ -16,9 +16,12 @@
 //! escape sequences, and every byte that is not part of valid UTF-8. JSON's
 //! own `\n` escapes are two printable characters and stay as they are. A
 //! raw `\n` cannot be inside a message (it ends one) but can be inside an
-//! event's text, and is shown as `\x0a` there. Backslashes are not doubled,
-//! so the only ambiguity is a line that is not JSON and contains the text
-//! `\x` itself.
+//! event's text, and is shown as `\x0a` there. In a message, backslashes
+//! are not doubled (JSON's own escapes stay readable), so the only
+//! ambiguity is a message that is not JSON and contains the text `\x`
+//! itself. In a field (`caller=`, `session=`, ...) the backslash is
+//! escaped too, as `\x5c`: a caller `lit\x20eral` and a caller `lit eral`
+//! are two values, and their records must say so.
 //!
 //! JSON does allow a few characters raw that a terminal or an editor still
 //! takes for control: the C1 controls U+0080-U+009F (U+009B is a CSI, as
@@ -143,7 +146,8 @@ pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// Appends `bytes` with every control character and every byte that is not
 /// part of valid UTF-8 written as `\xNN` (and, for a field, spaces too, so
-/// fields never run together). With `cut`, `bytes` is the start of
+/// fields never run together, and backslashes, so no value reads as
+/// another's escape). With `cut`, `bytes` is the start of
 /// something longer, and an incomplete UTF-8 sequence at its very end is
 /// the cut, not an error: it is left out, and its length returned.
 pub(super) fn escape_into(out: &mut Vec<u8>, bytes: &[u8], field: bool, cut: bool) -> usize {
@@ -174,7 +178,7 @@ pub(super) fn escape_into(out: &mut Vec<u8>, bytes: &[u8], field: bool, cut: boo
 }
 
 /// Appends valid UTF-8 `text`, escaping control characters (C0, DEL, C1,
-/// U+2028 and U+2029; and spaces in a field).
+/// U+2028 and U+2029; and spaces and backslashes in a field).
 fn escape_text(out: &mut Vec<u8>, text: &[u8], field: bool) {
     // Nearly every message has nothing to escape: check it eight bytes at
     // a time first (the size-optimised build does not vectorise loops).
@@ -201,14 +205,14 @@ fn escape_text(out: &mut Vec<u8>, text: &[u8], field: bool) {
 }
 
 /// How many bytes of the character starting at `at` in valid UTF-8 `text`
-/// are escaped: 1 for a C0 control, DEL (and a space in a field), 2 for a
-/// C1 control (`c2 80` to `c2 9f`), 3 for U+2028 and U+2029 (`e2 80 a8`,
-/// `e2 80 a9`), 0 for anything else. In valid UTF-8, 0xc2 and 0xe2 only
+/// are escaped: 1 for a C0 control, DEL (and a space or a backslash in a
+/// field), 2 for a C1 control (`c2 80` to `c2 9f`), 3 for U+2028 and
+/// U+2029 (`e2 80 a8`, `e2 80 a9`), 0 for anything else. In valid UTF-8, 0xc2 and 0xe2 only
 /// ever start a character, so looking at bytes is enough.
 fn escaped_len(text: &[u8], at: usize, field: bool) -> usize {
     match text[at] {
         b if b < 0x20 || b == 0x7f => 1,
-        b' ' if field => 1,
+        b' ' | b'\\' if field => 1,
         0xc2 if matches!(text.get(at + 1), Some(&(0x80..=0x9f))) => 2,
         0xe2 if text.get(at + 1) == Some(&0x80)
             && matches!(text.get(at + 2), Some(&(0xa8 | 0xa9))) =>
@@ -286,8 +290,9 @@ pub(super) struct Message<'a> {
 }
 
 /// One message's record: `kind id= method=`, then for a request that
-/// names its caller `caller=<client>` and those of `session=`,
-/// `conversation=` and `call=` it names, then `len=` and the message.
+/// names its caller `caller=<client>`, the spec's `client=<name>` and
+/// `version=`, and those of `session=`, `conversation=` and `call=` it
+/// names, then `len=` and the message.
 pub(super) fn write_message(
     out: &mut Vec<u8>,
     micros: u64,
@@ -308,6 +313,11 @@ pub(super) fn write_message(
         (&b" id="[..], envelope.id),
         (b" method=", envelope.method.map(str::as_bytes)),
         (b" caller=", caller.map(|c| c.client.as_bytes())),
+        (b" client=", caller.and_then(|c| c.name).map(str::as_bytes)),
+        (
+            b" version=",
+            caller.and_then(|c| c.version).map(str::as_bytes),
+        ),
         (
             b" session=",
             caller.and_then(|c| c.session).map(str::as_bytes),
@@ -446,6 +456,8 @@ mod tests {
             r"ok \xff\xfe café \xc3"
         );
         assert_eq!(escaped(b"a b", true, false).0, r"a\x20b");
+        assert_eq!(escaped(br"a\x20b", true, false).0, r"a\x5cx20b");
+        assert_eq!(escaped(br"a\x20b", false, false).0, r"a\x20b");
     }
 
     /// The word-at-a-time check finds a byte that may need escaping at
