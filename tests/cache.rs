@@ -694,6 +694,87 @@ fn endpoints_differing_in_bytes_that_are_not_utf8_share_nothing() {
     });
 }
 
+/// Issue 42, keys by the spec: an answer whose `cacheScope` is `"private"`
+/// (a 2026-07-28 `tools/list`), or whose scope is not said (a 2025
+/// `initialize`, its `instructions`), is given only to the requester it
+/// was given to; a `"public"` one (`server/discover`) to every requester.
+#[test]
+fn private_answers_are_given_only_to_their_requester() {
+    let setup = Setup::new("private", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "app");
+    let asked = [
+        initialize(1, "2025-06-18"),
+        modern(2, "tools/list", json!({})),
+        modern(3, "server/discover", json!({})),
+    ];
+    smol::block_on(async {
+        let mut alice = bridge(&socket, &cache, "alice", &[]);
+        for (n, line) in asked.iter().enumerate() {
+            let reply = ask(&mut alice, line, n as u32 + 1).await;
+            assert!(reply.get("result").is_some(), "{}", reply);
+        }
+        alice.finish().await;
+        app.stop();
+
+        let mut bob = bridge(&socket, &cache, "bob", &[]);
+        for (n, line) in asked.iter().take(2).enumerate() {
+            let reply = ask(&mut bob, line, n as u32 + 1).await;
+            assert_eq!(reason(&reply), "app_not_running", "{}", reply);
+        }
+        let reply = ask(&mut bob, &asked[2], 3).await;
+        assert_eq!(reply["result"]["cacheScope"], "public", "{}", reply);
+        bob.finish().await;
+
+        let mut alice = bridge(&socket, &cache, "alice", &[]);
+        let reply = ask(&mut alice, &asked[0], 1).await;
+        let instructions = &reply["result"]["instructions"];
+        assert_eq!(instructions, "instructions of app", "{}", reply);
+        let reply = ask(&mut alice, &asked[1], 2).await;
+        assert_eq!(reply["result"]["cacheScope"], "private", "{}", reply);
+        alice.finish().await;
+    });
+}
+
+/// Issue 42, keys by the spec: two apps each reached with `--endpoint
+/// mcp.sock` from their own working directory, in one project, are two
+/// endpoints: the second app's client never gets the first app's answers.
+#[test]
+fn one_relative_endpoint_from_two_directories_shares_nothing() {
+    let setup = Setup::new("relative", 0o755);
+    let cache = setup.cache();
+    let (first, second) = (setup.dir.0.join("first"), setup.dir.0.join("second"));
+    fs::create_dir(&first).unwrap();
+    fs::create_dir(&second).unwrap();
+    let app = App::start(&setup.dir, &first.join("mcp.sock"), None, "first");
+    let from = |dir: &Path| {
+        let mut command = bridge_command(Path::new("mcp.sock"), "p", "allowed");
+        command
+            .current_dir(dir)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["--connect-timeout", "1"])
+            .stderr(Stdio::piped());
+        Bridge::spawn(&mut command)
+    };
+    smol::block_on(async {
+        let mut client = from(&first);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reply["result"]["serverInfo"]["name"], "first", "{}", reply);
+        client.finish().await;
+        app.stop();
+
+        let mut client = from(&second);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reason(&reply), "app_not_running", "{}", reply);
+        client.finish().await;
+        let mut client = from(&first);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reply["result"]["serverInfo"]["name"], "first", "{}", reply);
+        client.finish().await;
+    });
+}
+
 /// Item 10: an answer from the cache is said: on stderr once a session,
 /// in the traffic log each time; a 2026-07-28 result comes with `ttlMs` 0
 /// and the app's `cacheScope`.

@@ -45,9 +45,21 @@ pub(super) fn user_cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// A path's bytes, exactly as the system has them.
-pub(super) fn path_bytes(path: &Path) -> Vec<u8> {
-    path.as_os_str().as_bytes().to_vec()
+/// The endpoint's bytes as the system finds it from anywhere, exactly:
+/// made absolute from the working directory, and its directory's links
+/// resolved (the socket itself may be gone while the app is away), so two
+/// apps each typed `mcp.sock` from their own directory share nothing, and
+/// one reached through a link shares with itself.
+pub(super) fn endpoint_bytes(endpoint: &Path) -> Vec<u8> {
+    let absolute = match std::env::current_dir() {
+        Ok(cwd) if endpoint.is_relative() => cwd.join(endpoint),
+        _ => endpoint.to_path_buf(),
+    };
+    let resolved = match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => dir.canonicalize().map(|dir| dir.join(name)).ok(),
+        _ => None,
+    };
+    resolved.unwrap_or(absolute).as_os_str().as_bytes().to_vec()
 }
 
 fn me() -> u32 {
