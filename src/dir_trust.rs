@@ -1,6 +1,7 @@
 //! Whether another user can change what a directory's names point to: the
-//! one rule the traffic log and the host's socket use, on Unix, and the one
-//! way they open the directories they hold.
+//! one rule the traffic log, the host's socket and the answers cache's way
+//! to its directory use, on Unix, and the one way the log and the host
+//! open the directories they hold.
 //!
 //! A name in a directory can be renamed, removed or replaced by whoever
 //! can write the directory, unless it has the sticky bit, which limits
@@ -41,6 +42,7 @@ pub(crate) struct Dir {
 
 impl Dir {
     /// A directory's facts from its metadata.
+    #[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
     pub(crate) fn of(metadata: &Metadata) -> Dir {
         Dir {
             uid: metadata.uid(),
@@ -75,7 +77,6 @@ impl Dir {
     /// Why another user can replace the name in this directory that user
     /// `owner` owns, if anyone can: [`Dir::risk`], or, in a sticky
     /// directory others can write, a name that another user owns.
-    #[cfg_attr(not(feature = "log"), allow(dead_code))] // the log's links only
     pub(crate) fn name_risk(&self, owner: u32) -> Option<String> {
         if let Some(risk) = self.risk() {
             return Some(risk);
@@ -105,6 +106,7 @@ impl Dir {
 /// directory), to be held: the one way the log and the host open the
 /// directories they then work in. With `follow` false, a symbolic link at
 /// `name` is not followed (`ELOOP`, or `ENOTDIR` on some systems).
+#[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
 pub(crate) fn open_directory(dir: BorrowedFd<'_>, name: &OsStr, follow: bool) -> io::Result<File> {
     let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     if !follow {

@@ -96,10 +96,11 @@ pub mod bridge;
 #[cfg(any(feature = "host", feature = "log"))]
 mod caller;
 pub mod diag;
-// Who else can redirect a path: the log's directories, the socket's.
 #[cfg(any(feature = "doctor", feature = "log"))]
 mod decimal;
-#[cfg(all(unix, any(feature = "host", feature = "log")))]
+// Who else can redirect a path: the log's directories, the socket's, the
+// answers cache's.
+#[cfg(unix)]
 mod dir_trust;
 #[cfg(feature = "doctor")]
 pub mod doctor;

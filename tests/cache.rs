@@ -370,7 +370,7 @@ const SWAP_SESSIONS: usize = 60;
 #[test]
 fn the_cache_never_touches_a_directory_swapped_in_under_it() {
     let setup = Setup::new("swap", 0o755);
-    let parent = TempDir::new("swap-parent", 0o777);
+    let parent = TempDir::new("swap-parent", 0o1777);
     let cache = parent.0.join("answers");
     let victims = TempDir::new("swap-victims", 0o700);
     let socket = setup.socket();
@@ -431,6 +431,53 @@ fn the_cache_never_touches_a_directory_swapped_in_under_it() {
         assert_eq!(after.len(), before.len());
     });
     app.stop();
+}
+
+/// Issue 42, only inside its own directory: a parent of `XDG_CACHE_HOME`
+/// that is a symbolic link another user (uid 65534) planted in a shared
+/// sticky directory, pointing to a directory of theirs, is never followed:
+/// the cache is off for the session (said once, naming the link), nothing
+/// is created or written where the link points, and the session goes on.
+#[test]
+fn a_link_another_user_planted_above_the_cache_is_never_followed() {
+    if !is_root() {
+        eprintln!("skipped: planting a link as another user needs root");
+        return;
+    }
+    let setup = Setup::new("planted", 0o755);
+    let socket = setup.socket();
+    let shared = TempDir::new("planted-shared", 0o1777);
+    let theirs = TempDir::new("planted-theirs", 0o755);
+    let link = shared.0.join("home");
+    std::os::unix::fs::symlink(&theirs.0, &link).unwrap();
+    for path in [&theirs.0, &link] {
+        let status = Command::new("chown")
+            .args(["-h", &NOBODY.to_string()])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let app = App::start(&setup.dir, &socket, None, "app");
+    smol::block_on(async {
+        let mut command = bridge_command(&socket, "p", "allowed");
+        command
+            .env_remove("MCP_BRIDGE_CACHE_DIR")
+            .env("XDG_CACHE_HOME", link.join("cache"))
+            .stderr(Stdio::piped());
+        let mut client = Bridge::spawn(&mut command);
+        for id in 1..=2 {
+            let reply = ask(&mut client, &initialize(id, "2025-06-18"), id).await;
+            assert_eq!(reply["result"]["serverInfo"]["name"], "app", "{}", reply);
+        }
+        let (code, stderr) = client.finish_with_stderr().await;
+        assert_eq!(code, Some(0), "{}", stderr);
+        let said = "not using the answers cache";
+        assert_eq!(stderr.matches(said).count(), 1, "{}", stderr);
+        assert!(stderr.contains("'home'"), "{}", stderr);
+    });
+    app.stop();
+    assert_eq!(theirs.entries(), Vec::<String>::new());
 }
 
 /// Item 3: a `--cache-dir` of the user's own, holding files named like the
