@@ -95,9 +95,9 @@ pub mod bridge;
 // the traffic log.
 #[cfg(any(feature = "host", feature = "log"))]
 mod caller;
-pub mod diag;
 #[cfg(any(feature = "doctor", feature = "log"))]
 mod decimal;
+pub mod diag;
 // Who else can redirect a path: the log's directories, the socket's, the
 // answers cache's.
 #[cfg(unix)]

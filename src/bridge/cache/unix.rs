@@ -62,20 +62,21 @@ pub(super) fn user_cache_dir() -> Option<PathBuf> {
 }
 
 /// The endpoint's bytes as the system finds it from anywhere, exactly:
-/// made absolute from the working directory, and its directory's links
-/// resolved (the socket itself may be gone while the app is away), so two
-/// apps each typed `mcp.sock` from their own directory share nothing, and
-/// one reached through a link shares with itself.
+/// its directory made absolute and its links resolved (`realpath`; the
+/// socket itself may be gone while the app is away), so two apps each
+/// typed `mcp.sock` from their own directory share nothing, and one
+/// reached through a link shares with itself. As typed when its directory
+/// cannot be resolved (it is gone: no app serves there now).
 pub(super) fn endpoint_bytes(endpoint: &Path) -> Vec<u8> {
-    let absolute = match std::env::current_dir() {
-        Ok(cwd) if endpoint.is_relative() => cwd.join(endpoint),
+    let dir = match endpoint.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let resolved = match (dir.canonicalize(), endpoint.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
         _ => endpoint.to_path_buf(),
     };
-    let resolved = match (absolute.parent(), absolute.file_name()) {
-        (Some(dir), Some(name)) => dir.canonicalize().map(|dir| dir.join(name)).ok(),
-        _ => None,
-    };
-    resolved.unwrap_or(absolute).as_os_str().as_bytes().to_vec()
+    resolved.as_os_str().as_bytes().to_vec()
 }
 
 fn me() -> u32 {
@@ -272,15 +273,12 @@ fn step(
         gid: held.st_gid,
         mode: held.st_mode as u32,
     };
-    if let Some(why) = facts.name_risk(entry.st_uid) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "another user can change '{}' on the way to it: the directory it is in {}",
-                Path::new(name).display(),
-                why
-            ),
-        ));
+    if facts.others_can_change(entry.st_uid) {
+        // (Put together without `format!`: the bridge-only build is sized.)
+        let mut why = String::from("another user can change '");
+        why.push_str(&name.to_string_lossy());
+        why.push_str("' on the way to it (a link or a directory of theirs, or in a directory others can write)");
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }
     match FileType::from_raw_mode(entry.st_mode) {
         FileType::Directory => {
