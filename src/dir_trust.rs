@@ -1,6 +1,7 @@
 //! Whether another user can change what a directory's names point to: the
-//! one rule the traffic log and the host's socket use, on Unix, and the one
-//! way they open the directories they hold.
+//! one rule the traffic log, the host's socket and the answers cache's way
+//! to its directory use, on Unix, and the one way the log and the host
+//! open the directories they hold.
 //!
 //! A name in a directory can be renamed, removed or replaced by whoever
 //! can write the directory, unless it has the sticky bit, which limits
@@ -41,6 +42,7 @@ pub(crate) struct Dir {
 
 impl Dir {
     /// A directory's facts from its metadata.
+    #[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
     pub(crate) fn of(metadata: &Metadata) -> Dir {
         Dir {
             uid: metadata.uid(),
@@ -53,6 +55,7 @@ impl Dir {
     /// "belongs to user 1000", "is writable by every user (mode 777)". A
     /// sticky directory others can write is no reason by itself (see
     /// [`Dir::name_risk`]).
+    #[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
     pub(crate) fn risk(&self) -> Option<String> {
         let us = rustix::process::geteuid().as_raw();
         let mode = self.mode & 0o7777;
@@ -75,7 +78,7 @@ impl Dir {
     /// Why another user can replace the name in this directory that user
     /// `owner` owns, if anyone can: [`Dir::risk`], or, in a sticky
     /// directory others can write, a name that another user owns.
-    #[cfg_attr(not(feature = "log"), allow(dead_code))] // the log's links only
+    #[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
     pub(crate) fn name_risk(&self, owner: u32) -> Option<String> {
         if let Some(risk) = self.risk() {
             return Some(risk);
@@ -92,6 +95,15 @@ impl Dir {
         None
     }
 
+    /// Whether another user can replace the name in this directory that
+    /// user `owner` owns: [`Dir::name_risk`] without its words (the answers
+    /// cache names the name, and the bridge-only build carries no more).
+    pub(crate) fn others_can_change(&self, owner: u32) -> bool {
+        let us = rustix::process::geteuid().as_raw();
+        let shared = self.mode & 0o002 != 0 || self.foreign_group_writes();
+        !trusted(self.uid, us) || shared && (!self.sticky() || !trusted(owner, us))
+    }
+
     fn sticky(&self) -> bool {
         self.mode & 0o1000 != 0
     }
@@ -105,6 +117,7 @@ impl Dir {
 /// directory), to be held: the one way the log and the host open the
 /// directories they then work in. With `follow` false, a symbolic link at
 /// `name` is not followed (`ELOOP`, or `ENOTDIR` on some systems).
+#[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
 pub(crate) fn open_directory(dir: BorrowedFd<'_>, name: &OsStr, follow: bool) -> io::Result<File> {
     let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     if !follow {
@@ -167,5 +180,17 @@ mod tests {
             None,
             "only we write"
         );
+        // The rule without its words is the same rule.
+        for uid in [us, 0, other] {
+            for gid in [group, other] {
+                for mode in [0o700, 0o755, 0o775, 0o777, 0o1777, 0o1770, 0o1700] {
+                    for owner in [us, 0, other] {
+                        let d = dir(uid, gid, mode);
+                        let said = d.name_risk(owner).is_some();
+                        assert_eq!(d.others_can_change(owner), said, "{:?} {}", d, owner);
+                    }
+                }
+            }
+        }
     }
 }

@@ -96,11 +96,12 @@ mod clock;
 // the traffic log.
 #[cfg(any(feature = "host", feature = "log"))]
 mod caller;
-pub mod diag;
-// Who else can redirect a path: the log's directories, the socket's.
 #[cfg(any(feature = "doctor", feature = "log"))]
 mod decimal;
-#[cfg(all(unix, any(feature = "host", feature = "log")))]
+pub mod diag;
+// Who else can redirect a path: the log's directories, the socket's, the
+// answers cache's.
+#[cfg(unix)]
 mod dir_trust;
 #[cfg(feature = "doctor")]
 pub mod doctor;

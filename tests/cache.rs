@@ -370,7 +370,7 @@ const SWAP_SESSIONS: usize = 60;
 #[test]
 fn the_cache_never_touches_a_directory_swapped_in_under_it() {
     let setup = Setup::new("swap", 0o755);
-    let parent = TempDir::new("swap-parent", 0o777);
+    let parent = TempDir::new("swap-parent", 0o1777);
     let cache = parent.0.join("answers");
     let victims = TempDir::new("swap-victims", 0o700);
     let socket = setup.socket();
@@ -431,6 +431,53 @@ fn the_cache_never_touches_a_directory_swapped_in_under_it() {
         assert_eq!(after.len(), before.len());
     });
     app.stop();
+}
+
+/// Issue 42, only inside its own directory: a parent of `XDG_CACHE_HOME`
+/// that is a symbolic link another user (uid 65534) planted in a shared
+/// sticky directory, pointing to a directory of theirs, is never followed:
+/// the cache is off for the session (said once, naming the link), nothing
+/// is created or written where the link points, and the session goes on.
+#[test]
+fn a_link_another_user_planted_above_the_cache_is_never_followed() {
+    if !is_root() {
+        eprintln!("skipped: planting a link as another user needs root");
+        return;
+    }
+    let setup = Setup::new("planted", 0o755);
+    let socket = setup.socket();
+    let shared = TempDir::new("planted-shared", 0o1777);
+    let theirs = TempDir::new("planted-theirs", 0o755);
+    let link = shared.0.join("home");
+    std::os::unix::fs::symlink(&theirs.0, &link).unwrap();
+    for path in [&theirs.0, &link] {
+        let status = Command::new("chown")
+            .args(["-h", &NOBODY.to_string()])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let app = App::start(&setup.dir, &socket, None, "app");
+    smol::block_on(async {
+        let mut command = bridge_command(&socket, "p", "allowed");
+        command
+            .env_remove("MCP_BRIDGE_CACHE_DIR")
+            .env("XDG_CACHE_HOME", link.join("cache"))
+            .stderr(Stdio::piped());
+        let mut client = Bridge::spawn(&mut command);
+        for id in 1..=2 {
+            let reply = ask(&mut client, &initialize(id, "2025-06-18"), id).await;
+            assert_eq!(reply["result"]["serverInfo"]["name"], "app", "{}", reply);
+        }
+        let (code, stderr) = client.finish_with_stderr().await;
+        assert_eq!(code, Some(0), "{}", stderr);
+        let said = "not using the answers cache";
+        assert_eq!(stderr.matches(said).count(), 1, "{}", stderr);
+        assert!(stderr.contains("'home'"), "{}", stderr);
+    });
+    app.stop();
+    assert_eq!(theirs.entries(), Vec::<String>::new());
 }
 
 /// Item 3: a `--cache-dir` of the user's own, holding files named like the
@@ -691,6 +738,87 @@ fn endpoints_differing_in_bytes_that_are_not_utf8_share_nothing() {
         let mut client = bridge(&other, &cache, "allowed", &[]);
         let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
         assert_eq!(reason(&reply), "app_not_running", "{}", reply);
+    });
+}
+
+/// Issue 42, keys by the spec: an answer whose `cacheScope` is `"private"`
+/// (a 2026-07-28 `tools/list`), or whose scope is not said (a 2025
+/// `initialize`, its `instructions`), is given only to the requester it
+/// was given to; a `"public"` one (`server/discover`) to every requester.
+#[test]
+fn private_answers_are_given_only_to_their_requester() {
+    let setup = Setup::new("private", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "app");
+    let asked = [
+        initialize(1, "2025-06-18"),
+        modern(2, "tools/list", json!({})),
+        modern(3, "server/discover", json!({})),
+    ];
+    smol::block_on(async {
+        let mut alice = bridge(&socket, &cache, "alice", &[]);
+        for (n, line) in asked.iter().enumerate() {
+            let reply = ask(&mut alice, line, n as u32 + 1).await;
+            assert!(reply.get("result").is_some(), "{}", reply);
+        }
+        alice.finish().await;
+        app.stop();
+
+        let mut bob = bridge(&socket, &cache, "bob", &[]);
+        for (n, line) in asked.iter().take(2).enumerate() {
+            let reply = ask(&mut bob, line, n as u32 + 1).await;
+            assert_eq!(reason(&reply), "app_not_running", "{}", reply);
+        }
+        let reply = ask(&mut bob, &asked[2], 3).await;
+        assert_eq!(reply["result"]["cacheScope"], "public", "{}", reply);
+        bob.finish().await;
+
+        let mut alice = bridge(&socket, &cache, "alice", &[]);
+        let reply = ask(&mut alice, &asked[0], 1).await;
+        let instructions = &reply["result"]["instructions"];
+        assert_eq!(instructions, "instructions of app", "{}", reply);
+        let reply = ask(&mut alice, &asked[1], 2).await;
+        assert_eq!(reply["result"]["cacheScope"], "private", "{}", reply);
+        alice.finish().await;
+    });
+}
+
+/// Issue 42, keys by the spec: two apps each reached with `--endpoint
+/// mcp.sock` from their own working directory, in one project, are two
+/// endpoints: the second app's client never gets the first app's answers.
+#[test]
+fn one_relative_endpoint_from_two_directories_shares_nothing() {
+    let setup = Setup::new("relative", 0o755);
+    let cache = setup.cache();
+    let (first, second) = (setup.dir.0.join("first"), setup.dir.0.join("second"));
+    fs::create_dir(&first).unwrap();
+    fs::create_dir(&second).unwrap();
+    let app = App::start(&setup.dir, &first.join("mcp.sock"), None, "first");
+    let from = |dir: &Path| {
+        let mut command = bridge_command(Path::new("mcp.sock"), "p", "allowed");
+        command
+            .current_dir(dir)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["--connect-timeout", "1"])
+            .stderr(Stdio::piped());
+        Bridge::spawn(&mut command)
+    };
+    smol::block_on(async {
+        let mut client = from(&first);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reply["result"]["serverInfo"]["name"], "first", "{}", reply);
+        client.finish().await;
+        app.stop();
+
+        let mut client = from(&second);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reason(&reply), "app_not_running", "{}", reply);
+        client.finish().await;
+        let mut client = from(&first);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(reply["result"]["serverInfo"]["name"], "first", "{}", reply);
+        client.finish().await;
     });
 }
 

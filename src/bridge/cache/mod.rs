@@ -24,8 +24,12 @@
 //!   a crash loop).
 //! - **Which question.** One entry per request the answer depends on: the
 //!   method, `initialize`'s `protocolVersion`, a list's `cursor`, and the
-//!   2026-07-28 `_meta` protocol version; the endpoint's exact bytes and
-//!   the project. So concurrent bridges of one project keep each era's
+//!   2026-07-28 `_meta` protocol version; the endpoint's exact bytes (made
+//!   absolute, its directory resolved: two apps each at `mcp.sock` of their
+//!   own directory are two endpoints) and the project; and the requester,
+//!   unless the answer's `cacheScope` says `"public"` (the spec's private
+//!   answers, and every answer whose scope is not said, are the requester's
+//!   own: one agent's `instructions` or tools are never another's). So concurrent bridges of one project keep each era's
 //!   answers, each in a file of its own (renamed into place whole), and an
 //!   `initialize` is never answered with a version it did not ask for.
 //!   Multi round-trip retries (`inputResponses`, `requestState`) and
@@ -55,8 +59,8 @@
 //!
 //! # What each platform provides
 //! `unix.rs` and `windows.rs` give the same small interface: the user's
-//! cache directory (`user_cache_dir`), a path's exact bytes
-//! (`path_bytes`), and a held directory (`Dir`) with `open(path, create)`,
+//! cache directory (`user_cache_dir`), the endpoint's exact bytes in its
+//! absolute, resolved form (`endpoint_bytes`), and a held directory (`Dir`) with `open(path, create)`,
 //! `read(name, limit)` (a regular file of ours, not through a link),
 //! `write(name, text)` (whole, synced, renamed; never over a file that is
 //! not ours), `remove(name)` (only a file of ours that starts with
@@ -123,6 +127,9 @@ pub(in crate::bridge) struct Cache {
     /// The endpoint's exact bytes and the project, apart: every key starts
     /// with them.
     base: Vec<u8>,
+    /// Who this bridge asks for: what ends the key of an answer that is
+    /// not said to be public.
+    requester: Vec<u8>,
     /// The user this bridge trusts besides the defaults.
     trusted: Option<ServerUser>,
     /// Who serves the instance the bridge is connected to (or was last).
@@ -142,7 +149,7 @@ impl Cache {
         project: &str,
         trusted: Option<&ServerUser>,
     ) -> Cache {
-        let mut base = platform::path_bytes(endpoint);
+        let mut base = platform::endpoint_bytes(endpoint);
         base.push(0);
         base.extend_from_slice(project.as_bytes());
         Cache {
@@ -161,6 +168,7 @@ impl Cache {
             &config.handshake.project,
             config.trusted_server.as_ref(),
         );
+        cache.requester = config.handshake.requester.clone().into_bytes();
         cache.log_to(log);
         cache
     }
@@ -180,9 +188,24 @@ impl Cache {
     /// `ttlMs` made 0), if an entry matches it and its server would be
     /// trusted by this bridge now.
     pub(in crate::bridge) fn answer(&mut self, request: &[u8]) -> Option<Vec<u8>> {
-        let key = key(&self.base, request)?;
-        let name = file_name(&key);
-        let text = match self.dir(false)?.read(&name, file_limit(&key)) {
+        let shared = key(&self.base, request)?;
+        let private = self.private(&shared);
+        self.lookup(request, &private)
+            .or_else(|| self.lookup(request, &shared))
+    }
+
+    /// The key of the requester's own answer to the request of `shared`.
+    fn private(&self, shared: &[u8]) -> Vec<u8> {
+        let mut key = shared.to_vec();
+        key.push(0);
+        key.extend_from_slice(&self.requester);
+        key
+    }
+
+    /// The answer kept under `key` for `request`, said as given.
+    fn lookup(&mut self, request: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+        let name = file_name(key);
+        let text = match self.dir(false)?.read(&name, file_limit(key)) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
@@ -190,7 +213,7 @@ impl Cache {
                 return None;
             }
         };
-        let (server, result) = match entry::read(&text, &key) {
+        let (server, result) = match entry::read(&text, key) {
             Read::Entry { server, result } => (server, result),
             Read::Other => return None,
             Read::Damaged(why) => {
@@ -227,14 +250,28 @@ impl Cache {
     /// result too long to read whole): keeps it, or removes the older
     /// answer it replaces.
     pub(in crate::bridge) fn learn(&mut self, request: &[u8], result: Option<&[u8]>) {
-        let key = match key(&self.base, request) {
+        let shared = match key(&self.base, request) {
             Some(key) => key,
             None => return,
         };
-        let name = file_name(&key);
+        let private = self.private(&shared);
+        let public = result.and_then(|result| member(result, "cacheScope")) == Some(b"\"public\"");
+        // Kept under one key, and the other's older answer taken out (the
+        // app may have changed the answer's scope).
+        let (kept, other) = match public {
+            true => (shared, private),
+            false => (private, shared),
+        };
+        self.store(&kept, result);
+        self.store(&other, None);
+    }
+
+    /// Keeps `result` under `key`, or removes the older answer (`None`).
+    fn store(&mut self, key: &[u8], result: Option<&[u8]>) {
+        let name = file_name(key);
         let kept = match (result, &self.server) {
             (Some(result), Some(server)) if entry::keeps(result) => {
-                Some(entry::write(&key, server, self.trusted.as_ref(), result))
+                Some(entry::write(key, server, self.trusted.as_ref(), result))
             }
             _ => None,
         };

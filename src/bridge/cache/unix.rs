@@ -4,6 +4,16 @@
 //! following links), never by path: a parent another user can write cannot
 //! swap the directory between the check and the use.
 //!
+//! The way to it is walked the same way, one name at a time from `/` (or
+//! the working directory), each opened (or created `0700`) in the
+//! directory held before it, without following a link: a name is used
+//! only where no other user can change it ([`dir_trust`]'s rule, the
+//! traffic log's), and a symbolic link is followed only then (its target
+//! walked the same way). So a link another user planted above
+//! `$XDG_CACHE_HOME`, or a directory of theirs on the way, stops the cache
+//! (said once, naming the component) instead of having it create and fill
+//! `cache/mcp-bridge/` wherever the link points.
+//!
 //! Only the listing of the directory's names (for the bound on its files)
 //! goes by its path, as std reads directories: a directory swapped in there
 //! only shows names, each then looked up, checked and removed in the
@@ -17,6 +27,7 @@
 //! unlinked. The directory is ours and no one else can write it, so only
 //! our own user could swap a file in that last moment.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -27,6 +38,11 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
 
 use super::entry::MAGIC;
+use crate::dir_trust;
+
+/// Most symbolic links followed on the way to the directory: Linux's own
+/// limit for one path (`ELOOP` beyond it), so a loop of links ends.
+const MAX_LINKS: usize = 40;
 
 /// `$XDG_CACHE_HOME` (when absolute) or `~/.cache`; `~/Library/Caches` on
 /// macOS.
@@ -45,9 +61,22 @@ pub(super) fn user_cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// A path's bytes, exactly as the system has them.
-pub(super) fn path_bytes(path: &Path) -> Vec<u8> {
-    path.as_os_str().as_bytes().to_vec()
+/// The endpoint's bytes as the system finds it from anywhere, exactly:
+/// its directory made absolute and its links resolved (`realpath`; the
+/// socket itself may be gone while the app is away), so two apps each
+/// typed `mcp.sock` from their own directory share nothing, and one
+/// reached through a link shares with itself. As typed when its directory
+/// cannot be resolved (it is gone: no app serves there now).
+pub(super) fn endpoint_bytes(endpoint: &Path) -> Vec<u8> {
+    let dir = match endpoint.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let resolved = match (dir.canonicalize(), endpoint.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => endpoint.to_path_buf(),
+    };
+    resolved.as_os_str().as_bytes().to_vec()
 }
 
 fn me() -> u32 {
@@ -67,20 +96,7 @@ impl Dir {
     /// through a link at its own name, and checks what was opened, not the
     /// path: a directory of ours that no one else can write.
     pub(super) fn open(dir: &Path, create: bool) -> io::Result<Dir> {
-        if create {
-            create_private(dir)?;
-        }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let held = match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
-            Ok(held) => held,
-            Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
-                    "it is not a directory (or it is a symbolic link to one)",
-                ))
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let held = walk(None, dir.as_os_str().as_bytes(), create, true, &mut 0)?;
         let stat = rustix::fs::fstat(&held)?;
         if stat.st_uid != me() {
             return Err(refused("it belongs to another user"));
@@ -204,19 +220,82 @@ impl Dir {
     }
 }
 
-/// Creates `dir` `0700` if it is missing, and its missing parents (the
-/// user's `~/.cache` may not be there yet).
-fn create_private(dir: &Path) -> io::Result<()> {
-    match rustix::fs::mkdir(dir, Mode::RWXU) {
-        Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(Errno::NOENT) => match dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => {
-                create_private(parent)?;
-                create_private(dir)
-            }
-            _ => Err(Errno::NOENT.into()),
+/// Opens the directory `path` leads to, one name at a time from `/` or,
+/// for a relative path, from `from` (the working directory when `None`);
+/// missing directories created `0700` when `create` (the user's `~/.cache`
+/// may not be there yet); the `last` name, the directory itself, never
+/// through a link. See the module docs.
+fn walk(
+    from: Option<OwnedFd>,
+    path: &[u8],
+    create: bool,
+    last: bool,
+    links: &mut usize,
+) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = match from {
+        Some(dir) if !path.starts_with(b"/") => dir,
+        _ if path.starts_with(b"/") => rustix::fs::openat(CWD, "/", flags, Mode::empty())?,
+        _ => rustix::fs::openat(CWD, ".", flags, Mode::empty())?,
+    };
+    let mut names = path
+        .split(|&b| b == b'/')
+        .filter(|name| !name.is_empty() && *name != b".")
+        .peekable();
+    while let Some(name) = names.next() {
+        let last = last && names.peek().is_none();
+        dir = step(dir, OsStr::from_bytes(name), create, last, links)?;
+    }
+    Ok(dir)
+}
+
+/// Opens the directory `name` in `dir`, where no other user may change
+/// that name; a link there followed (walked) only then, and never at the
+/// `last` name.
+fn step(
+    dir: OwnedFd,
+    name: &OsStr,
+    create: bool,
+    last: bool,
+    links: &mut usize,
+) -> io::Result<OwnedFd> {
+    let look = || rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW);
+    let entry = match look() {
+        Err(Errno::NOENT) if create => match rustix::fs::mkdirat(&dir, name, Mode::RWXU) {
+            Ok(()) | Err(Errno::EXIST) => look()?,
+            Err(e) => return Err(e.into()),
         },
-        Err(e) => Err(e.into()),
+        looked => looked?,
+    };
+    let held = rustix::fs::fstat(&dir)?;
+    let facts = dir_trust::Dir {
+        uid: held.st_uid,
+        gid: held.st_gid,
+        mode: held.st_mode as u32,
+    };
+    if facts.others_can_change(entry.st_uid) {
+        // (Put together without `format!`: the bridge-only build is sized.)
+        let mut why = String::from("another user can change '");
+        why.push_str(&name.to_string_lossy());
+        why.push_str("' on the way to it (a link or a directory of theirs, or in a directory others can write)");
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+    }
+    match FileType::from_raw_mode(entry.st_mode) {
+        FileType::Directory => {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            Ok(rustix::fs::openat(&dir, name, flags, Mode::empty())?)
+        }
+        FileType::Symlink if !last && *links < MAX_LINKS => {
+            *links += 1;
+            // No one else can re-point it between the look and this read.
+            let target = rustix::fs::readlinkat(&dir, name, Vec::new())?;
+            walk(Some(dir), target.as_bytes(), create, false, links)
+        }
+        FileType::Symlink if !last => Err(Errno::LOOP.into()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::Other,
+            "it is not a directory (or it is a symbolic link to one)",
+        )),
     }
 }
 

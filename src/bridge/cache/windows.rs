@@ -45,9 +45,10 @@ pub(super) fn user_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// A path's exact UTF-16 units, as bytes (no lossy conversion: unpaired
-/// surrogates stay what they are).
-pub(super) fn path_bytes(path: &Path) -> Vec<u8> {
+/// The endpoint's exact UTF-16 units, as bytes (no lossy conversion:
+/// unpaired surrogates stay what they are): a pipe name is absolute
+/// (`\\.\pipe\...`) and names no file to resolve.
+pub(super) fn endpoint_bytes(path: &Path) -> Vec<u8> {
     path.as_os_str()
         .encode_wide()
         .flat_map(u16::to_le_bytes)
