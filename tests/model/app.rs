@@ -562,10 +562,9 @@ fn raw_id(line: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(line).ok()?;
     let at = text.find("\"id\":")? + 5;
     let rest = &text[at..];
-    let end = if rest.starts_with('"') {
-        rest[1..].find('"')? + 2
-    } else {
-        rest.find(|c: char| c == ',' || c == '}')?
+    let end = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.find('"')? + 2,
+        None => rest.find([',', '}'])?,
     };
     Some(&rest[..end])
 }

@@ -179,10 +179,9 @@ impl Client {
         let (id, token) = (json!("open"), "open");
         self.judge.client_sent(&id, token);
         let line = match self.era {
-            Era::Legacy => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":\"open\",\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{{\"elicitation\":{{}}}},\"clientInfo\":{{\"name\":\"model\",\"version\":\"1\"}}}}}}\n\
-                 {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n"
-            ),
+            Era::Legacy => "{\"jsonrpc\":\"2.0\",\"id\":\"open\",\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"elicitation\":{}},\"clientInfo\":{\"name\":\"model\",\"version\":\"1\"}}}\n\
+                 {\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+            .to_string(),
             Era::Modern => format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":\"open\",\"method\":\"server/discover\",\"params\":{{{}}}}}\n",
                 &meta(self.era)[1..]
