@@ -298,6 +298,9 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                 let _ = write_chunked(&mut writer, &line, &mut rng).await;
             }
             if let Some((reply, token)) = answer(&value) {
+                for token in &token {
+                    judge.app_got(token, instance as usize);
+                }
                 let delay = match rng.below(10) {
                     0..=5 => 0,
                     6..=8 => rng.between(1, 400),
@@ -314,6 +317,7 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                         let mut line = as_javascript_writes(&reply);
                         line.push(b'\n');
                         let mut writer = writer.lock().await;
+                        judge.app_writes(&token, instance as usize);
                         judge.event(format!(
                             "app {} -> {}",
                             instance,
@@ -429,9 +433,9 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
         rng: rng.fork(),
     };
     while let Some(line) = lines.next().await {
-        let items = match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Array(items)) => items,
-            Ok(value) => vec![value],
+        let (items, raws) = match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(items)) => (items, judge::elements(&line)),
+            Ok(value) => (vec![value], vec![&line[..]]),
             Err(_) => {
                 judge.fail(format!(
                     "a line on stdout that is not JSON: {}",
@@ -440,7 +444,7 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
                 continue;
             }
         };
-        for item in &items {
+        for (item, raw) in items.iter().zip(raws) {
             match (item.get("method"), item.get("id")) {
                 (Some(_), Some(id)) if rng.chance(90) => {
                     let reply = question_reply(id, &item["params"]["message"], &mut rng);
@@ -451,7 +455,7 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
                     send(&stdin, &reply, &mut rng).await;
                 }
                 (Some(_), _) => judge.event(format!("client <- {}", item)),
-                (None, _) => judge.client_got_answer(item),
+                (None, _) => judge.client_got_answer_as(item, raw),
             }
         }
         if rng.chance(3) {
@@ -517,8 +521,11 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
         // and put in after serialising (serde_json would round them).
         let mut exact: Vec<(String, String)> = Vec::new();
         let mut call = |rng: &mut Rng| {
-            let id = match rng.below(10) {
-                0..=2 => json!(format!("s-{}", next)),
+            let (id, spelled) = match rng.below(10) {
+                0..=2 => {
+                    let id = json!(format!("s-{}", next));
+                    (id.clone(), id.to_string())
+                }
                 3 => {
                     let digits = match rng.below(2) {
                         0 => format!("{}8446744073709551616", next),
@@ -526,12 +533,13 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
                     };
                     let placeholder = format!("@id{}@", next);
                     exact.push((format!("\"{}\"", placeholder), digits.clone()));
-                    serde_json::from_str(&digits).unwrap()
+                    (serde_json::from_str(&digits).unwrap(), digits)
                 }
-                _ => json!(next),
+                _ => (json!(next), next.to_string()),
             };
             let token = format!("t{}", next);
             judge.client_sent(&id, &token);
+            judge.client_spelled(&id, &spelled);
             open.push(id.clone());
             let shown = match id.is_f64() {
                 true => json!(format!("@id{}@", next)),

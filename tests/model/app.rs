@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::judge::elements;
 use super::judge::{id_key, Judge};
 use super::rng::Rng;
 
@@ -324,6 +325,9 @@ impl<'a> Served<'a> {
     }
 
     fn write(&self, out: &mut UnixStream, line: &[u8], token: Option<&str>) {
+        if let Some(token) = token {
+            self.judge.app_writes(&[token.to_string()], self.n);
+        }
         if out.write_all(line).is_ok() {
             if let Some(token) = token {
                 self.judge.app_answered(token, self.n);
@@ -384,6 +388,7 @@ impl<'a> Served<'a> {
                         line.extend_from_slice(&answer[..answer.len() - 1]);
                     }
                     line.extend_from_slice(b"]\n");
+                    self.judge.app_writes(&tokens, self.n);
                     if out.write_all(&line).is_ok() {
                         for token in tokens {
                             self.judge.app_answered(&token, self.n);
@@ -443,6 +448,7 @@ impl<'a> Served<'a> {
                         }
                         self.judge
                             .event(format!("app: instance {} got {}", self.n, token));
+                        self.judge.app_got(&token, self.n);
                         let pad = item["params"]["arguments"]["reply_pad"]
                             .as_u64()
                             .unwrap_or(0) as usize;
@@ -567,43 +573,6 @@ fn raw_id(line: &[u8]) -> Option<&str> {
         None => rest.find([',', '}'])?,
     };
     Some(&rest[..end])
-}
-
-/// The texts of a JSON array's elements, as written.
-fn elements(array: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0usize);
-    for (at, &b) in array.iter().enumerate() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth == 1 {
-                    start = at + 1;
-                }
-            }
-            b']' | b'}' if depth == 1 => {
-                out.push(&array[start..at]);
-                depth -= 1;
-            }
-            b']' | b'}' => depth -= 1,
-            b',' if depth == 1 => {
-                out.push(&array[start..at]);
-                start = at + 1;
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// A line, shortened for a report.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::app::show;
-use super::judge::{id_key, Judge};
+use super::judge::{elements, id_key, Judge};
 use super::rng::Rng;
 
 /// The protocol era the client speaks.
@@ -95,19 +95,19 @@ pub fn reader(stdout: ChildStdout, inbox: Arc<Inbox>, judge: Arc<Judge>, epoch: 
         };
         match value {
             Value::Array(items) => {
-                for item in &items {
-                    message(item, &inbox, &judge);
+                for (item, raw) in items.iter().zip(elements(&line)) {
+                    message(item, raw, &inbox, &judge);
                 }
             }
-            item => message(&item, &inbox, &judge),
+            item => message(&item, &line, &inbox, &judge),
         }
     }
 }
 
-fn message(item: &Value, inbox: &Inbox, judge: &Judge) {
+fn message(item: &Value, raw: &[u8], inbox: &Inbox, judge: &Judge) {
     let method = item["method"].as_str();
     match (method, item.get("id")) {
-        (None, Some(_)) => judge.client_got_answer(item),
+        (None, Some(_)) => judge.client_got_answer_as(item, raw),
         (Some(_), Some(id)) => {
             let nonce = item["params"]["nonce"].as_str().unwrap_or("").to_string();
             judge.event(format!("client <- question {} ({})", id, nonce));
@@ -211,6 +211,7 @@ impl Client {
         let token = format!("t{}", self.next);
         let value: Value = serde_json::from_str(&id).expect("an id is JSON");
         self.judge.client_sent(&value, &token);
+        self.judge.client_spelled(&value, &id);
         self.sent.push(value);
         format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"token\":\"{}\",\"reply_pad\":{},\"pad\":\"{}\"}}{}}}}}",

@@ -8,7 +8,12 @@
 //!   its place;
 //! - the client's reply to a question of the app reaches only the
 //!   instance that asked it, under the id it asked with;
-//! - only a refusal line is a refusal (`app_refused`);
+//! - only a refusal line is a refusal (`app_refused`), and every error
+//!   the bridge writes names one of the reasons docs/bridge.md lists;
+//! - the bridge's own answers echo the request's id byte for byte;
+//! - lines keep their order: each instance gets the client's requests in
+//!   the order the client sent them (never one twice), and the client
+//!   gets each instance's answers in the order that instance wrote them;
 //! - every line either side receives is one whole JSON value, and the app
 //!   receives only what the client sent or the bridge's own replay.
 
@@ -28,10 +33,29 @@ pub fn id_key(id: &Value) -> String {
     }
 }
 
+/// The reasons docs/bridge.md lists for the bridge's errors to the client
+/// (`id_in_use` goes to the app, never to the client).
+pub const REASONS: &[&str] = &[
+    "app_not_running",
+    "app_restarting",
+    "app_refused",
+    "untrusted_server",
+    "crash_loop",
+    "resume_rejected",
+    "unreachable",
+    "hold_limit",
+    "stdin_closed",
+    "too_long_to_replay",
+    "app_closed_silently",
+    "legacy_app",
+];
+
 /// One request of the client's.
 #[derive(Debug)]
 struct Request {
     token: String,
+    /// The id as the client wrote it, when the client said.
+    spelled: Option<String>,
     cancelled: bool,
     answers: usize,
 }
@@ -43,6 +67,18 @@ struct State {
     /// Tokens of the requests whose result the app wrote whole, and the
     /// instance that did.
     app_answered: HashMap<String, usize>,
+    /// The place of each token among the client's requests, in the
+    /// order sent.
+    sent_at: HashMap<String, u64>,
+    /// Per instance: the place of the last request it got, and the
+    /// tokens it got.
+    instance_got: HashMap<usize, (u64, HashSet<String>)>,
+    /// Per token: the instance that wrote its answer and the place of
+    /// that line among everything the app's instances wrote.
+    written_at: HashMap<String, (usize, u64)>,
+    lines_written: u64,
+    /// Per instance: the place of the last of its lines the client got.
+    client_got_from: HashMap<usize, u64>,
     failures: Vec<String>,
     events: Vec<String>,
 }
@@ -94,15 +130,91 @@ impl Judge {
     pub fn client_sent(&self, id: &Value, token: &str) {
         self.with(|s| {
             s.tokens.insert(token.to_string());
+            let at = s.sent_at.len() as u64;
+            s.sent_at.insert(token.to_string(), at);
             s.requests.insert(
                 id_key(id),
                 Request {
                     token: token.to_string(),
+                    spelled: None,
                     cancelled: false,
                     answers: 0,
                 },
             );
         });
+    }
+
+    /// The client wrote its request `id` as `raw`: the bridge's own
+    /// answer to it must carry exactly these bytes.
+    pub fn client_spelled(&self, id: &Value, raw: &str) {
+        self.with(|s| {
+            if let Some(r) = s.requests.get_mut(&id_key(id)) {
+                r.spelled = Some(raw.to_string());
+            }
+        });
+    }
+
+    /// Instance `instance` got the request carrying `token`: after every
+    /// request it got before it, in the client's order, and only once.
+    pub fn app_got(&self, token: &str, instance: usize) {
+        let failure = self.with(|s| {
+            let at = *s.sent_at.get(token)?;
+            let (last, got) = s
+                .instance_got
+                .entry(instance)
+                .or_insert_with(|| (0, HashSet::new()));
+            if !got.insert(token.to_string()) {
+                return Some(format!("instance {} got {} twice", instance, token));
+            }
+            let before = *last;
+            *last = at.max(before);
+            match got.len() > 1 && at < before {
+                true => Some(format!(
+                    "instance {} got {} (sent {}th) after a request the client sent later                      ({}th): the client's lines reordered",
+                    instance, token, at, before
+                )),
+                false => None,
+            }
+        });
+        if let Some(f) = failure {
+            self.fail(f)
+        }
+    }
+
+    /// Instance `instance` begins to write one line answering the requests
+    /// carrying `tokens` (its lines are written one at a time).
+    pub fn app_writes(&self, tokens: &[String], instance: usize) {
+        self.with(|s| {
+            s.lines_written += 1;
+            let at = s.lines_written;
+            for token in tokens {
+                s.written_at.insert(token.clone(), (instance, at));
+            }
+        });
+    }
+
+    /// The client got `message` (one response) written as `raw`: when the
+    /// bridge wrote it, its id must be the client's bytes; then as
+    /// [`Judge::client_got_answer`].
+    pub fn client_got_answer_as(&self, message: &Value, raw: &[u8]) {
+        if message["error"]["data"]["source"] == "mcp-bridge" {
+            let failure = self.with(|s| {
+                let spelled = s.requests.get(&id_key(&message["id"]))?.spelled.clone()?;
+                let prefix = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},", spelled);
+                match raw.starts_with(prefix.as_bytes()) {
+                    true => None,
+                    false => Some(format!(
+                        "the bridge's answer does not echo the id {} byte for byte: {}",
+                        spelled,
+                        String::from_utf8_lossy(&raw[..raw.len().min(200)])
+                    )),
+                }
+            });
+            if let Some(f) = failure {
+                self.fail(f);
+            }
+        }
+        self.client_got_answer(message)
     }
 
     /// The client cancels its request `id`.
@@ -162,7 +274,28 @@ impl Judge {
                     ));
                 }
             }
+            if let Some(&(instance, at)) = s.written_at.get(&token) {
+                if reason.is_none() {
+                    let last = s.client_got_from.entry(instance).or_insert(0);
+                    if at < *last {
+                        return Some(format!(
+                            "request {} ({}): instance {}'s answer reached the client after one \
+                             it wrote later: the app's lines reordered",
+                            id, token, instance
+                        ));
+                    }
+                    *last = at;
+                }
+            }
             if let Some(reason) = &reason {
+                if message["error"]["data"]["source"] == "mcp-bridge"
+                    && !REASONS.contains(&reason.as_str())
+                {
+                    return Some(format!(
+                        "a reason docs/bridge.md does not list: {}",
+                        message
+                    ));
+                }
                 if let Some(instance) = s.app_answered.get(&token) {
                     return Some(format!(
                         "request {} ({}): instance {} wrote its result whole, the client got {}",
@@ -198,4 +331,41 @@ impl Judge {
             open
         })
     }
+}
+
+/// The texts of a JSON array's elements, as written.
+pub fn elements(array: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0usize);
+    for (at, &b) in array.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth == 1 {
+                    start = at + 1;
+                }
+            }
+            b']' | b'}' if depth == 1 => {
+                out.push(&array[start..at]);
+                depth -= 1;
+            }
+            b']' | b'}' => depth -= 1,
+            b',' if depth == 1 => {
+                out.push(&array[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    out
 }
