@@ -432,10 +432,12 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
         buf: Vec::new(),
         rng: rng.fork(),
     };
+    let mut number = 0u64;
     while let Some(line) = lines.next().await {
-        let (items, raws) = match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Array(items)) => (items, judge::elements(&line)),
-            Ok(value) => (vec![value], vec![&line[..]]),
+        number += 1;
+        let (items, raws, array) = match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(items)) => (items, judge::elements(&line), true),
+            Ok(value) => (vec![value], vec![&line[..]], false),
             Err(_) => {
                 judge.fail(format!(
                     "a line on stdout that is not JSON: {}",
@@ -455,7 +457,7 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
                     send(&stdin, &reply, &mut rng).await;
                 }
                 (Some(_), _) => judge.event(format!("client <- {}", item)),
-                (None, _) => judge.client_got_answer_as(item, raw),
+                (None, _) => judge.client_got_answer_as(item, raw, number, array),
             }
         }
         if rng.chance(3) {
@@ -551,7 +553,9 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
         };
         let message = if rng.chance(15) {
             let n = rng.between(1, 4);
-            Value::Array((0..n).map(|_| call(&mut rng)).collect())
+            let batch = Value::Array((0..n).map(|_| call(&mut rng)).collect());
+            judge.client_batched(&open[open.len() - n as usize..]);
+            batch
         } else {
             call(&mut rng)
         };

@@ -65,6 +65,7 @@ pub fn writer(mut stdin: ChildStdin, lines: Receiver<Vec<u8>>, judge: Arc<Judge>
 pub fn reader(stdout: ChildStdout, inbox: Arc<Inbox>, judge: Arc<Judge>, epoch: Instant) {
     let mut stdout = BufReader::with_capacity(64 * 1024, stdout);
     let mut line = Vec::new();
+    let mut number = 0u64;
     loop {
         loop {
             let until = inbox.paused_until.load(Ordering::SeqCst);
@@ -93,21 +94,23 @@ pub fn reader(stdout: ChildStdout, inbox: Arc<Inbox>, judge: Arc<Judge>, epoch: 
                 continue;
             }
         };
+        number += 1;
         match value {
             Value::Array(items) => {
                 for (item, raw) in items.iter().zip(elements(&line)) {
-                    message(item, raw, &inbox, &judge);
+                    message(item, raw, (number, true), &inbox, &judge);
                 }
             }
-            item => message(&item, &line, &inbox, &judge),
+            item => message(&item, &line, (number, false), &inbox, &judge),
         }
     }
 }
 
-fn message(item: &Value, raw: &[u8], inbox: &Inbox, judge: &Judge) {
+/// One message of stdout line `line.0` (`line.1`: the line is an array).
+fn message(item: &Value, raw: &[u8], line: (u64, bool), inbox: &Inbox, judge: &Judge) {
     let method = item["method"].as_str();
     match (method, item.get("id")) {
-        (None, Some(_)) => judge.client_got_answer_as(item, raw),
+        (None, Some(_)) => judge.client_got_answer_as(item, raw, line.0, line.1),
         (Some(_), Some(id)) => {
             let nonce = item["params"]["nonce"].as_str().unwrap_or("").to_string();
             judge.event(format!("client <- question {} ({})", id, nonce));
@@ -245,6 +248,8 @@ impl Client {
                     self.call(pad, 0)
                 })
                 .collect();
+            let ids = &self.sent[self.sent.len() - n as usize..];
+            self.judge.client_batched(ids);
             let line = format!("[{}]\n", items.join(","));
             self.judge
                 .event(format!("client -> batch of {} ({} bytes)", n, line.len()));

@@ -56,6 +56,8 @@ struct Request {
     token: String,
     /// The id as the client wrote it, when the client said.
     spelled: Option<String>,
+    /// The batch it was sent in, if any (a number per batch).
+    batch: Option<u64>,
     cancelled: bool,
     answers: usize,
 }
@@ -77,6 +79,9 @@ struct State {
     /// that line among everything the app's instances wrote.
     written_at: HashMap<String, (usize, u64)>,
     lines_written: u64,
+    batches: u64,
+    /// Per batch: the stdout line its first answer came in.
+    batch_line: HashMap<u64, u64>,
     /// Per instance: the place of the last of its lines the client got.
     client_got_from: HashMap<usize, u64>,
     failures: Vec<String>,
@@ -137,6 +142,7 @@ impl Judge {
                 Request {
                     token: token.to_string(),
                     spelled: None,
+                    batch: None,
                     cancelled: false,
                     answers: 0,
                 },
@@ -150,6 +156,20 @@ impl Judge {
         self.with(|s| {
             if let Some(r) = s.requests.get_mut(&id_key(id)) {
                 r.spelled = Some(raw.to_string());
+            }
+        });
+    }
+
+    /// The client sent the requests `ids` in one batch line: their answers
+    /// must come in one line, an array.
+    pub fn client_batched(&self, ids: &[Value]) {
+        self.with(|s| {
+            s.batches += 1;
+            let batch = s.batches;
+            for id in ids {
+                if let Some(r) = s.requests.get_mut(&id_key(id)) {
+                    r.batch = Some(batch);
+                }
             }
         });
     }
@@ -193,10 +213,30 @@ impl Judge {
         });
     }
 
-    /// The client got `message` (one response) written as `raw`: when the
-    /// bridge wrote it, its id must be the client's bytes; then as
-    /// [`Judge::client_got_answer`].
-    pub fn client_got_answer_as(&self, message: &Value, raw: &[u8]) {
+    /// The client got `message` (one response) written as `raw`, in its
+    /// stdout line number `line` (`in_array`: the line is an array): when
+    /// the bridge wrote it, its id must be the client's bytes; an answer to
+    /// a batch's request comes in an array, in the same line as the rest of
+    /// that batch's answers; then as [`Judge::client_got_answer`].
+    pub fn client_got_answer_as(&self, message: &Value, raw: &[u8], line: u64, in_array: bool) {
+        let failure = self.with(|s| {
+            let batch = s.requests.get(&id_key(&message["id"]))?.batch?;
+            let first = *s.batch_line.entry(batch).or_insert(line);
+            match (in_array, first == line) {
+                (true, true) => None,
+                (false, _) => Some(format!(
+                    "an answer to a request of a batch came outside an array: {}",
+                    message
+                )),
+                (true, false) => Some(format!(
+                    "a batch's answers came in more than one line: {}",
+                    message
+                )),
+            }
+        });
+        if let Some(f) = failure {
+            self.fail(f);
+        }
         if message["error"]["data"]["source"] == "mcp-bridge" {
             let failure = self.with(|s| {
                 let spelled = s.requests.get(&id_key(&message["id"]))?.spelled.clone()?;
