@@ -277,9 +277,10 @@ fn play(seed: u64, era: Era) -> Result<(), String> {
             closed.elapsed()
         )),
         // README, "Exit codes": 0 or 1 after stdin's end, never a signal.
-        Some(status) if !matches!(status.code(), Some(0) | Some(1)) => {
-            judge.fail(format!("the bridge ended with {} after stdin's end", status))
-        }
+        Some(status) if !matches!(status.code(), Some(0) | Some(1)) => judge.fail(format!(
+            "the bridge ended with {} after stdin's end",
+            status
+        )),
         Some(_) => {}
     }
     if let Some(peak) = peak {

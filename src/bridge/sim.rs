@@ -16,12 +16,17 @@
 //! late and out of order, die (quietly, mid-line, right after they
 //! accepted), are away for a while between instances, and take the
 //! session back from the replay; the client sends requests under number
-//! and string ids, batches, cancellations, writes in chunks of any size
-//! and stops reading stdout for seconds. The judge is tests/model's
-//! (`tests/model/judge.rs`, shared): one answer per request, its own
-//! result, a result the app wrote whole never replaced by an error, no
-//! torn line on either side; and here also that the session ends within
-//! the drain grace of stdin's end, in virtual time.
+//! and string ids, batches, cancellations, `tools/list` now and then,
+//! writes in chunks of any size and stops reading stdout for seconds. One
+//! session in ten has the real answers cache (on disk, in a directory of
+//! its own), mostly holding what an earlier app answered an earlier
+//! client, so that a client that comes before the app is answered from it.
+//! The judge is tests/model's (`tests/model/judge.rs`, shared): one answer
+//! per request, its own result, a result the app wrote whole never
+//! replaced by an error, a list one the app gave (also from the cache),
+//! lines in order, batches answered in one array, ids echoed byte for
+//! byte, no torn line on either side; and here also that the session ends
+//! within the drain grace of stdin's end, in virtual time.
 
 use std::cell::Cell;
 use std::io;
@@ -107,7 +112,9 @@ impl Connector for SimConnector {
                 reader: bridge_reader,
                 writer: bridge_writer,
                 instance: Some(instance),
-                server: None,
+                // The user the tests run as, whom the bridge trusts: what
+                // the app answers may be kept and served from the cache.
+                server: crate::endpoint::ServerUser::own().ok(),
             })
         })
     }
@@ -212,6 +219,9 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
         writer,
         instance,
     } = conn;
+    // An app upgraded now and then: its lists change between instances.
+    let version = instance / 3;
+    let answer = |message: &Value| answer(message, version);
     let writer = Rc::new(smol::lock::Mutex::new(writer));
     let mut lines = Lines {
         reader,
@@ -318,6 +328,15 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                         line.push(b'\n');
                         let mut writer = writer.lock().await;
                         judge.app_writes(&token, instance as usize);
+                        let results = match &reply {
+                            Value::Array(items) => items.iter().collect(),
+                            one => vec![one],
+                        };
+                        for result in results.iter().filter_map(|r| r.get("result")) {
+                            if result.get("tools").is_some() {
+                                judge.app_listed(result);
+                            }
+                        }
                         judge.event(format!(
                             "app {} -> {}",
                             instance,
@@ -364,13 +383,14 @@ fn as_javascript_writes(message: &Value) -> Vec<u8> {
     text.into_bytes()
 }
 
-/// The app's answer to a message, and the tokens of the results in it.
-fn answer(message: &Value) -> Option<(Value, Vec<String>)> {
+/// The app's answer to a message (by an app at `version`), and the tokens
+/// of the results in it.
+fn answer(message: &Value, version: u64) -> Option<(Value, Vec<String>)> {
     if let Value::Array(items) = message {
         let mut replies = Vec::new();
         let mut tokens = Vec::new();
         for item in items {
-            if let Some((reply, mut more)) = answer(item) {
+            if let Some((reply, mut more)) = answer(item, version) {
                 replies.push(reply);
                 tokens.append(&mut more);
             }
@@ -403,6 +423,14 @@ fn answer(message: &Value) -> Option<(Value, Vec<String>)> {
                 Some(token),
             )
         }
+        // The token rides in params (no part of the cache's key), so the
+        // judge can follow the request; the result does not carry it: a
+        // cached one is given to later requests.
+        "tools/list" => (
+            json!({"tools":[{"name":"echo","description":format!("version {}", version),
+                             "inputSchema":{"type":"object"}}]}),
+            message["params"]["token"].as_str().map(str::to_string),
+        ),
         _ => (json!({}), None),
     };
     let reply = json!({"jsonrpc":"2.0","id":id,"result":result});
@@ -495,18 +523,8 @@ fn question_reply(id: &Value, nonce: &Value, rng: &mut Rng) -> Vec<u8> {
 /// batched, cancelled) with pauses; then waits for every answer, at most
 /// `patience`, and closes stdin. Returns when stdin was closed.
 async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -> Instant {
-    let meta = match era {
-        Era::Legacy => json!({}),
-        Era::Modern => json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
-                              "io.modelcontextprotocol/clientCapabilities":{}}),
-    };
-    let opening = match era {
-        Era::Legacy => json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-            "params":{"protocolVersion":"2025-06-18","capabilities":{},
-                      "clientInfo":{"name":"sim","version":"1"}}}),
-        Era::Modern => json!({"jsonrpc":"2.0","id":0,"method":"server/discover",
-                              "params":{"_meta":meta}}),
-    };
+    let meta = meta(era);
+    let opening = opening(era);
     judge.client_sent(&json!(0), "opening");
     let mut bytes = serde_json::to_vec(&opening).unwrap();
     bytes.push(b'\n');
@@ -548,8 +566,12 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
                 false => id,
             };
             next += 1;
-            json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
-                   "params":{"name":"echo","arguments":{"token":token},"_meta":meta}})
+            match rng.chance(10) {
+                true => json!({"jsonrpc":"2.0","id":shown,"method":"tools/list",
+                               "params":{"token":token,"_meta":meta}}),
+                false => json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
+                                "params":{"name":"echo","arguments":{"token":token},"_meta":meta}}),
+            }
         };
         let message = if rng.chance(15) {
             let n = rng.between(1, 4);
@@ -597,6 +619,47 @@ pub(super) struct Played {
     pub(super) lasted: Duration,
 }
 
+/// The `_meta` of the client's requests in `era`.
+fn meta(era: Era) -> Value {
+    match era {
+        Era::Legacy => json!({}),
+        Era::Modern => json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                              "io.modelcontextprotocol/clientCapabilities":{}}),
+    }
+}
+
+/// The client's first request in `era`.
+fn opening(era: Era) -> Value {
+    match era {
+        Era::Legacy => json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+            "params":{"protocolVersion":"2025-06-18","capabilities":{},
+                      "clientInfo":{"name":"sim","version":"1"}}}),
+        Era::Modern => json!({"jsonrpc":"2.0","id":0,"method":"server/discover",
+                              "params":{"_meta":meta(era)}}),
+    }
+}
+
+/// What an earlier app (at `version`) answered an earlier client, kept in
+/// the cache at `config`'s directory: its opening and its `tools/list`,
+/// and so one of the lists the app gave.
+fn remembered(config: &Config, era: Era, version: u64, judge: &Judge) {
+    let mut cache = Cache::of(config, None);
+    if let Ok(server) = crate::endpoint::ServerUser::own() {
+        cache.served_by(server);
+    }
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list",
+                      "params":{"token":"earlier","_meta":meta(era)}});
+    for request in [opening(era), list] {
+        if let Some((reply, _)) = answer(&request, version) {
+            if reply["result"].get("tools").is_some() {
+                judge.app_listed(&reply["result"]);
+            }
+            let result = serde_json::to_vec(&reply["result"]).unwrap();
+            cache.learn(&serde_json::to_vec(&request).unwrap(), Some(&result));
+        }
+    }
+}
+
 /// Plays the session of `seed` in `era` to its end (see the [module
 /// docs](self)).
 pub(super) fn play(seed: u64, era: Era) -> Played {
@@ -605,7 +668,22 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     let mut rng = Rng::new(seed);
     let judge = Rc::new(Judge::default());
     let mut config = Config::new("/sim");
-    config.cache = None;
+    // One session in 10 with the real answers cache, in a directory of its
+    // own (the disk is slow for thousands): what it serves while the app
+    // is away is judged like any answer.
+    let cache_dir = match rng.chance(10) {
+        true => Some(std::env::temp_dir().join(format!(
+            "mcp-bridge-sim-{}-{}-{:?}",
+            std::process::id(),
+            seed,
+            era
+        ))),
+        false => None,
+    };
+    config.cache = cache_dir.clone();
+    if cache_dir.is_some() && rng.chance(70) {
+        remembered(&config, era, 1000, &judge);
+    }
     let (conns_tx, conns_rx) = smol::channel::unbounded();
     let up = Rc::new(Cell::new(rng.chance(80)));
     let connector = SimConnector {
@@ -697,6 +775,9 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     let lasted = virtual_clock.since(started);
     drop(ex);
     drop(installed);
+    if let Some(dir) = cache_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Played {
         failures: report,
         lasted,

@@ -50,6 +50,16 @@ pub const REASONS: &[&str] = &[
     "legacy_app",
 ];
 
+/// A list result as the judge compares it: compact, its `ttlMs` left out
+/// (the bridge serves a kept one with `ttlMs` 0).
+fn list_text(result: &Value) -> String {
+    let mut result = result.clone();
+    if let Some(object) = result.as_object_mut() {
+        object.remove("ttlMs");
+    }
+    result.to_string()
+}
+
 /// One request of the client's.
 #[derive(Debug)]
 struct Request {
@@ -79,6 +89,8 @@ struct State {
     /// that line among everything the app's instances wrote.
     written_at: HashMap<String, (usize, u64)>,
     lines_written: u64,
+    /// The lists the app wrote (each result as compact JSON, `ttlMs` out).
+    listed: HashSet<String>,
     batches: u64,
     /// Per batch: the stdout line its first answer came in.
     batch_line: HashMap<u64, u64>,
@@ -158,6 +170,13 @@ impl Judge {
                 r.spelled = Some(raw.to_string());
             }
         });
+    }
+
+    /// The app wrote `result` for a list request (a `tools/list`): a list
+    /// the client gets, from the app or from the cache, must be one of these.
+    #[allow(dead_code)] // the simulation's app lists; the fuzzer's does not yet
+    pub fn app_listed(&self, result: &Value) {
+        self.with(|s| s.listed.insert(list_text(result)));
     }
 
     /// The client sent the requests `ids` in one batch line: their answers
@@ -311,6 +330,14 @@ impl Judge {
                     return Some(format!(
                         "request {} ({}) got the result of {}",
                         id, token, carried
+                    ));
+                }
+            }
+            if let Some(list) = message.get("result").filter(|r| r.get("tools").is_some()) {
+                if !s.listed.contains(&list_text(list)) {
+                    return Some(format!(
+                        "request {} ({}) got a list the app never gave: {}",
+                        id, token, message
                     ));
                 }
             }
