@@ -14,19 +14,20 @@
 //!
 //! What the scripts do, drawn from the seed: the app's instances answer
 //! late and out of order, die (quietly, mid-line, right after they
-//! accepted), are away for a while between instances, and take the
-//! session back from the replay; the client sends requests under number
-//! and string ids, batches, cancellations, `tools/list` now and then,
-//! writes in chunks of any size and stops reading stdout for seconds. One
-//! session in ten has the real answers cache (on disk, in a directory of
-//! its own), mostly holding what an earlier app answered an earlier
-//! client, so that a client that comes before the app is answered from it.
-//! The judge is tests/model's (`tests/model/judge.rs`, shared): one answer
-//! per request, its own result, a result the app wrote whole never
-//! replaced by an error, a list one the app gave (also from the cache),
-//! lines in order, batches answered in one array, ids echoed byte for
-//! byte, no torn line on either side; and here also that the session ends
-//! within the drain grace of stdin's end, in virtual time.
+//! accepted), turn the client away with a refusal line, are away for a
+//! while between instances, and take the session back from the replay; the
+//! client sends requests under number and string ids, batches,
+//! cancellations, `tools/list` now and then, writes in chunks of any size
+//! and stops reading stdout for seconds. One session in ten has the real
+//! answers cache (on disk, in a directory of its own), mostly holding what
+//! an earlier app answered an earlier client, so that a client that comes
+//! before the app is answered from it. The judge is tests/model's
+//! (`tests/model/judge.rs`, shared): one answer per request, its own
+//! result, a result the app wrote whole never replaced by an error, a list
+//! one the app gave (also from the cache), lines in order, batches answered
+//! in one array, ids echoed byte for byte, no torn line on either side; and
+//! here also that the session ends within the drain grace of stdin's end,
+//! in virtual time.
 
 use std::cell::Cell;
 use std::io;
@@ -177,6 +178,8 @@ enum Death {
     Quietly(u64),
     /// After this many lines read, it writes half an answer and closes.
     MidLine(u64),
+    /// It turns the client away: a refusal line first, then it closes.
+    Refuses,
 }
 
 /// The app's script: instances one after another, as the bridge reaches
@@ -188,9 +191,10 @@ async fn app(
     mut rng: Rng,
 ) {
     while let Ok(conn) = conns.recv().await {
-        let death = match rng.below(10) {
-            0..=5 => Death::Never,
-            6 | 7 => Death::Quietly(rng.between(1, 12)),
+        let death = match rng.below(20) {
+            0..=11 => Death::Never,
+            12..=15 => Death::Quietly(rng.between(1, 12)),
+            16 => Death::Refuses,
             _ => Death::MidLine(rng.between(1, 12)),
         };
         judge.event(format!("app: instance {} ({:?})", conn.instance, death));
@@ -222,6 +226,13 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
     // An app upgraded now and then: its lists change between instances.
     let version = instance / 3;
     let answer = |message: &Value| answer(message, version);
+    if let Death::Refuses = death {
+        judge.app_refuses();
+        let mut writer = writer;
+        let refusal = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"project \"sim\" is not open"}}"#;
+        let _ = write_chunked(&mut writer, &[&refusal[..], b"\n"].concat(), &mut rng).await;
+        return true;
+    }
     let writer = Rc::new(smol::lock::Mutex::new(writer));
     let mut lines = Lines {
         reader,

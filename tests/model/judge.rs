@@ -89,6 +89,8 @@ struct State {
     /// that line among everything the app's instances wrote.
     written_at: HashMap<String, (usize, u64)>,
     lines_written: u64,
+    /// An instance wrote a refusal line.
+    refused: bool,
     /// The lists the app wrote (each result as compact JSON, `ttlMs` out).
     listed: HashSet<String>,
     batches: u64,
@@ -177,6 +179,13 @@ impl Judge {
     #[allow(dead_code)] // the simulation's app lists; the fuzzer's does not yet
     pub fn app_listed(&self, result: &Value) {
         self.with(|s| s.listed.insert(list_text(result)));
+    }
+
+    /// An instance turned the client away with a refusal line: from now on
+    /// `app_refused` is what the app said.
+    #[allow(dead_code)] // the simulation's app refuses; the fuzzer's does not yet
+    pub fn app_refuses(&self) {
+        self.with(|s| s.refused = true);
     }
 
     /// The client sent the requests `ids` in one batch line: their answers
@@ -369,7 +378,7 @@ impl Judge {
                         id, token, instance, reason
                     ));
                 }
-                if reason == "app_refused" {
+                if reason == "app_refused" && !s.refused {
                     return Some(format!("silence read as a refusal: {}", message));
                 }
             }
