@@ -128,6 +128,8 @@ const CHUNK: [u8; 8192] = [0; 8192];
 struct Lines {
     reader: piper::Reader,
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
     rng: Rng,
 }
 
@@ -136,16 +138,22 @@ impl Lines {
     /// (what is left without a newline is returned as a last line).
     async fn next(&mut self) -> Option<Vec<u8>> {
         loop {
-            if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            if let Some(at) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+                let end = self.scanned + at;
                 let line = self.buf[..end].to_vec();
                 self.buf.drain(..=end);
+                self.scanned = 0;
                 return Some(line);
             }
+            self.scanned = self.buf.len();
             let want = self.rng.between(1, CHUNK.len() as u64) as usize;
             let mut chunk = [0; CHUNK.len()];
             match self.reader.read(&mut chunk[..want]).await {
                 Ok(0) | Err(_) if self.buf.is_empty() => return None,
-                Ok(0) | Err(_) => return Some(std::mem::take(&mut self.buf)),
+                Ok(0) | Err(_) => {
+                    self.scanned = 0;
+                    return Some(std::mem::take(&mut self.buf));
+                }
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }
         }
@@ -156,8 +164,13 @@ impl Lines {
 /// reader is gone.
 async fn write_chunked(writer: &mut piper::Writer, bytes: &[u8], rng: &mut Rng) -> bool {
     let mut rest = bytes;
+    let most = if bytes.len() > 64 * 1024 {
+        64 * 1024
+    } else {
+        4096
+    };
     while !rest.is_empty() {
-        let n = (rng.between(1, 4096) as usize).min(rest.len());
+        let n = (rng.between(1, most) as usize).min(rest.len());
         if writer.write_all(&rest[..n]).await.is_err() {
             return false;
         }
@@ -237,6 +250,7 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
     let mut lines = Lines {
         reader,
         buf: Vec::new(),
+        scanned: 0,
         rng: rng.fork(),
     };
     // No identity line: the connector stands for the endpoint's, which
@@ -469,6 +483,7 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
     let mut lines = Lines {
         reader: stdout,
         buf: Vec::new(),
+        scanned: 0,
         rng: rng.fork(),
     };
     let mut number = 0u64;
@@ -580,8 +595,17 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
             match rng.chance(10) {
                 true => json!({"jsonrpc":"2.0","id":shown,"method":"tools/list",
                                "params":{"token":token,"_meta":meta}}),
-                false => json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
-                                "params":{"name":"echo","arguments":{"token":token},"_meta":meta}}),
+                false => {
+                    // Now and then a call longer than the bridge holds for an
+                    // absent app (its hold limit is 1 MiB), or a batch past it.
+                    let pad = match rng.chance(1) {
+                        true => "x".repeat(rng.between(200 * 1024, 1300 * 1024) as usize),
+                        false => String::new(),
+                    };
+                    json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
+                           "params":{"name":"echo","arguments":{"token":token,"pad":pad},
+                                     "_meta":meta}})
+                }
             }
         };
         let message = if rng.chance(15) {
