@@ -38,7 +38,6 @@ mod ledger;
 mod online;
 mod outage;
 mod plain;
-mod resume;
 mod session;
 #[cfg(test)]
 mod sim;
@@ -496,23 +495,11 @@ pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
 }
 
 /// Says what could not be carried over to a new instance: on stderr, in
-/// the log, and to the client as a warning when its session has logging.
+/// the log, and to the client as a warning when its session has logging
+/// (the ledger owes those).
 fn report_lost(ledger: &mut ledger::Ledger, log: Option<&TrafficLog>) {
-    if ledger.lost.is_empty() {
-        return;
-    }
-    let logging = ledger
-        .record
-        .told
-        .as_ref()
-        .map_or(false, |t| t.has("logging"));
-    for lost in std::mem::take(&mut ledger.lost) {
+    for lost in ledger.take_lost() {
         say(log, &lost);
-        if logging {
-            ledger
-                .owed_client
-                .extend_from_slice(&answer::warning(&lost));
-        }
     }
 }
 

@@ -43,11 +43,11 @@ use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use super::answer::{Answer, Reason};
 use super::answers::Answers;
 use super::app::AppSide;
-use super::client::{ClientSide, Read, Refusals};
+use super::client::{ClientSide, Refusals};
 use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Bounds, Ended, History, Meaning, Outage};
-use super::{resume, say, BridgeError, Config, Connected, Connector};
+use super::{say, BridgeError, Config, Connected, Connector};
 use crate::endpoint::{FIRST_RETRY, LAST_RETRY};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
@@ -121,7 +121,8 @@ const REFUSED_LOOK_CAP: Duration = Duration::from_secs(30);
 /// is held.
 struct Io<'a, R, W> {
     config: &'a Config,
-    client: ClientSide<R>,
+    stdin: R,
+    client: ClientSide,
     stdout: W,
     ledger: RefCell<Ledger>,
     hangups: Option<&'a Hangups>,
@@ -183,7 +184,8 @@ where
             connector,
             io: Io {
                 config,
-                client: ClientSide::new(stdin, refusals),
+                stdin,
+                client: ClientSide::new(refusals),
                 stdout,
                 ledger: RefCell::new(ledger),
                 hangups,
@@ -230,7 +232,7 @@ where
                     return Ok(Phase::Online(connected, Origin::Connecting))
                 }
                 Held::Done(Err(e)) if heals(&e) => {
-                    self.io.ledger.borrow_mut().app_absent = true;
+                    self.io.ledger.borrow_mut().set_app_absent(true);
                     last = Some(e);
                 }
                 Held::Done(Err(e)) => return Ok(Phase::Absent(self.absence(e))),
@@ -269,8 +271,8 @@ where
             || self.io.ledger.borrow().has_session();
         self.reached = true;
         // There is an app: the cache answers for it no longer.
-        self.io.ledger.borrow_mut().app_absent = false;
-        let (preamble, taking_back) = resume::start(&mut self.io.ledger.borrow_mut(), resumed);
+        self.io.ledger.borrow_mut().set_app_absent(false);
+        let (preamble, taking_back) = self.io.ledger.borrow_mut().start_instance(resumed);
         let patience = match &origin {
             Origin::Outage(outage) => outage.patience(instance, &self.bounds, clock::now()),
             Origin::Connecting => clock::now() + self.config.reconnect_timeout,
@@ -307,6 +309,7 @@ where
         };
         let end = boxed(online::relay(
             &mut self.io.client,
+            &mut self.io.stdin,
             &mut app,
             reader,
             writer,
@@ -318,7 +321,7 @@ where
         online::learn(&self.io.ledger);
         // An instance that said no to the replay and hung up at once did
         // not take the session back, whichever of the two was seen first.
-        let end = match (end?, self.io.ledger.borrow_mut().taken_back.take()) {
+        let end = match (end?, self.io.ledger.borrow_mut().take_taken_back()) {
             (End::HungUp, Some(TakenBack::Rejected(why))) => {
                 End::NotTakenBack(online::rejected(&why), true)
             }
@@ -391,7 +394,7 @@ where
                 self.io.client.unread_last(&mut ledger);
             }
             let ended = Ended {
-                answered: ledger.served,
+                answered: ledger.served(),
                 lasted: clock::now().saturating_duration_since(started),
                 heard: app.heard,
                 refusal: app.refusal.clone(),
@@ -400,7 +403,7 @@ where
             let again = ledger.hung_up(&self.io.restarting());
             self.io.client.hung_up(again, &mut ledger);
             Ended {
-                probed: ledger.probe_refused,
+                probed: ledger.probe_refused(),
                 ..ended
             }
         };
@@ -418,7 +421,7 @@ where
                 };
                 Ok(Phase::Absent(self.absence(error)))
             }
-            Meaning::Restart { .. } if self.io.ledger.borrow().record.too_long => {
+            Meaning::Restart { .. } if self.io.ledger.borrow().too_long_to_replay() => {
                 let error = BridgeError::Resume {
                     endpoint,
                     reason: format!(
@@ -548,7 +551,7 @@ where
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         {
             let mut ledger = self.io.ledger.borrow_mut();
-            ledger.app_absent = absence.answered_for();
+            ledger.set_app_absent(absence.answered_for());
             self.io
                 .client
                 .go_absent(Rc::clone(&absence.answer), &mut ledger);
@@ -595,7 +598,7 @@ where
                     if !heals(&e) {
                         absence = self.absence(e);
                         let mut ledger = self.io.ledger.borrow_mut();
-                        ledger.app_absent = absence.answered_for();
+                        ledger.set_app_absent(absence.answered_for());
                         self.io
                             .client
                             .go_absent(Rc::clone(&absence.answer), &mut ledger);
@@ -741,9 +744,11 @@ where
                     None => Held::Eof,
                 });
             }
-            let (client, ledger) = (&mut self.client, &self.ledger);
+            let (client, stdin, ledger) = (&mut self.client, &mut self.stdin, &self.ledger);
             let step = future::or(async { Ok(Some((&mut work).await)) }, async {
-                client.read(ledger).await.map(|_: Read| None)
+                online::read_client(stdin, client, ledger)
+                    .await
+                    .map(|()| None)
             })
             .await;
             match step {
@@ -777,7 +782,7 @@ where
     }
 
     async fn write_owed(&mut self) -> Result<(), BridgeError> {
-        let owed = std::mem::take(&mut self.ledger.borrow_mut().owed_client);
+        let owed = self.ledger.borrow_mut().take_owed_client();
         self.write_out(&owed).await
     }
 
