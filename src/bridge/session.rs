@@ -112,6 +112,11 @@ enum Held<T> {
     Eof,
 }
 
+/// What the session waits on while it holds the client's lines: an
+/// attempt to reach the app, or a pause (`None` at its end). One type for
+/// both, so that [`Io::hold`] is compiled once.
+type Waited<AR, AW> = Option<Result<Connected<AR, AW>, BridgeError>>;
+
 /// The longest pause between two looks for an app that refuses the client
 /// or is served by another user: each look is a connection it sees.
 const REFUSED_LOOK_CAP: Duration = Duration::from_secs(30);
@@ -242,8 +247,7 @@ where
                 let error = last.take().expect("an attempt failed");
                 return Ok(Phase::Absent(self.absence(error)));
             }
-            let paused = clock::after(pause.min(left));
-            if let Held::Eof = self.io.hold(paused).await? {
+            if let Held::Eof = self.pause(pause.min(left)).await? {
                 return self.io.end_on_eof().await;
             }
             pause = (pause * 2).min(LAST_RETRY);
@@ -523,8 +527,7 @@ where
                 let why = why.unwrap_or("the app closed the connection");
                 log.reconnect(self.attempts + 1, pause, &why);
             }
-            let paused = clock::after(pause);
-            if let Held::Eof = self.io.hold(paused).await? {
+            if let Held::Eof = self.pause(pause).await? {
                 return self.io.end_on_eof().await;
             }
             let left = outage.deadline.saturating_duration_since(clock::now());
@@ -570,8 +573,7 @@ where
         }
         let mut pause = self.bounds.look_interval;
         loop {
-            let looked = clock::after(pause);
-            if let Held::Eof = self.io.hold(looked).await? {
+            if let Held::Eof = self.pause(pause).await? {
                 if let Some(log) = self.io.log {
                     log.stdin_eof();
                 }
@@ -623,7 +625,26 @@ where
             resumed,
             budget,
         );
-        self.io.hold(attempt).await
+        let attempt = async { Some(attempt.await) };
+        futures_lite::pin!(attempt);
+        Ok(match self.io.hold(attempt).await? {
+            Held::Done(Some(reached)) => Held::Done(reached),
+            // (A pause's end: not this work's.)
+            _ => Held::Eof,
+        })
+    }
+
+    /// Waits `pause` while the client's lines are held or answered.
+    async fn pause(&mut self, pause: Duration) -> Result<Held<()>, BridgeError> {
+        let paused = async {
+            clock::after(pause).await;
+            None
+        };
+        futures_lite::pin!(paused);
+        Ok(match self.io.hold::<C::Reader, C::Writer>(paused).await? {
+            Held::Done(_) => Held::Done(()),
+            Held::Eof => Held::Eof,
+        })
     }
 
     /// What the client is told while `error` keeps the app away.
@@ -730,8 +751,10 @@ where
     /// writing what the client is owed as it arises. [`Held::Eof`]: stdin
     /// ended with no request held, or the drain grace after it ended with
     /// some (and `work` was dropped).
-    async fn hold<T>(&mut self, work: impl Future<Output = T>) -> Result<Held<T>, BridgeError> {
-        futures_lite::pin!(work);
+    async fn hold<AR, AW>(
+        &mut self,
+        mut work: Pin<&mut (dyn Future<Output = Waited<AR, AW>> + '_)>,
+    ) -> Result<Held<Waited<AR, AW>>, BridgeError> {
         loop {
             self.write_owed().await?;
             if let Some(eof) = self.client.eof {

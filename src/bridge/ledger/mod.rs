@@ -19,9 +19,9 @@ mod pending;
 mod record;
 mod resume;
 
-pub(super) use id::key as id_key;
-pub(super) use pending::{IdMap, Pending};
-pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
+use id::key as id_key;
+use pending::{IdMap, Pending};
+use record::{listed, Era, ListenState, Record, Recorded, Told};
 
 use super::answer::{self, Answer, Reason};
 use super::answers::{Answers, Learnt};
