@@ -143,7 +143,7 @@ where
             let drained = future::or(async { Some((&mut down).await) }, async {
                 Some((&mut input_closed).await.map(Down::Done))
             });
-            match crate::wait::timeout(APP_GONE_DRAIN, drained).await {
+            match super::session::boxed(crate::wait::timeout(APP_GONE_DRAIN, drained)).await {
                 Some(Some(Ok(Down::Done(ending)))) => Ok(End::Done(ending)),
                 Some(Some(Err(e))) => Err(e),
                 _ => Ok(End::HungUp),
@@ -152,7 +152,12 @@ where
         // Client EOF: tell the app (half-close) and drain in-flight
         // replies, both within one deadline.
         Up::Eof(writer) => {
-            let drained = crate::relay::close_and_drain(writer, &mut down, drain_grace).await;
+            let drained = super::session::boxed(crate::relay::close_and_drain(
+                writer,
+                &mut down,
+                drain_grace,
+            ))
+            .await;
             Ok(End::Done(match drained {
                 None => Ending::ClientClosed { drained: false },
                 Some(Ok(Down::HungUp)) => Ending::ClientClosed { drained: true },
@@ -244,7 +249,7 @@ where
                     log_lines(log, "bridge->app", &ours);
                 }
                 client.bridge_wrote();
-                match send(&mut writer, &ours).await {
+                match super::send(&mut writer, &ours).await {
                     Ok(()) => ours.clear(),
                     Err(e) if is_hangup(&e) => return Ok(Up::AppGone),
                     Err(e) => return Err(write_error(Stage::WriteServer, e)),
@@ -485,12 +490,6 @@ async fn write_lines<W: AsyncWrite + Unpin>(
         Err(e) if is_hangup(&e) => Ok(()),
         Err(e) => Err(write_error(Stage::WriteClient, e)),
     }
-}
-
-/// Writes all of `bytes` and flushes.
-async fn send(out: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
-    out.write_all(bytes).await?;
-    out.flush().await
 }
 
 fn write_error(stage: Stage, source: std::io::Error) -> BridgeError {

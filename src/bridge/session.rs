@@ -38,7 +38,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::io::{AsyncRead, AsyncWrite};
 
 use super::answer::{Answer, Reason};
 use super::answers::Answers;
@@ -370,7 +370,7 @@ where
                     Origin::Outage(outage) => Some(outage),
                     _ => None,
                 };
-                self.hung_up(instance, &app, started, outage).await
+                boxed(self.hung_up(instance, &app, started, outage)).await
             }
         }
     }
@@ -718,7 +718,9 @@ fn attempt<'c, C: Connector, R, W>(
 /// pointer: the session's future then holds one box instead of the union
 /// of every phase's state, and its code is 5.5 KB smaller (bridge-only
 /// build). One allocation per phase, beside a connection's many.
-fn boxed<'f, T>(f: impl Future<Output = T> + 'f) -> Pin<Box<dyn Future<Output = T> + 'f>> {
+pub(super) fn boxed<'f, T>(
+    f: impl Future<Output = T> + 'f,
+) -> Pin<Box<dyn Future<Output = T> + 'f>> {
     Box::pin(f)
 }
 
@@ -818,15 +820,13 @@ where
         if let Some(log) = self.log {
             online::log_lines(log, "bridge->cli", bytes);
         }
-        let written = async {
-            self.stdout.write_all(bytes).await?;
-            self.stdout.flush().await
-        };
-        written.await.map_err(|source| {
-            BridgeError::Relay(RelayError {
-                stage: Stage::WriteClient,
-                source,
+        super::send(&mut self.stdout, bytes)
+            .await
+            .map_err(|source| {
+                BridgeError::Relay(RelayError {
+                    stage: Stage::WriteClient,
+                    source,
+                })
             })
-        })
     }
 }
