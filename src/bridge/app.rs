@@ -14,7 +14,11 @@
 //! [`UNDECIDED_LIMIT`](super::ledger::UNDECIDED_LIMIT); a longer one is passed on as it comes.
 //!
 //! Like the client's side, it works in its buffer, in place: bytes move
-//! only when a line is taken out.
+//! only when a line is taken out. And like it, it never reads: the caller
+//! reads into [`AppSide::spare`] and says what came
+//! ([`AppSide::filled`]) or that the connection ended, and whether with a
+//! reset ([`AppSide::closed`]): that is the caller's to tell from the
+//! error, so this side judges facts, never error kinds.
 
 use super::ledger::{Early, Ledger};
 use crate::envelope::{first_byte_after_space, BatchIds, BatchScanner, Kind, Scanner};

@@ -23,6 +23,13 @@
 //! is dropped to its last byte and its request answered, the moment its
 //! line ends.
 //!
+//! The side never reads: the caller reads stdin into
+//! [`ClientSide::spare`] and hands over the count
+//! ([`ClientSide::filled`]), or the end and its time
+//! ([`ClientSide::closed`]), and each decision takes the ledger as `&mut`.
+//! So the decisions run the same under the session's pumps, a test's
+//! chunks or a simulation's clock, with no reader or shared cell to fake.
+//!
 //! Reading and deciding happen in the buffer, in place: a chunk is scanned
 //! where it was read, and bytes move only when a line is taken out, or
 //! rewritten: the client's answer to a question the bridge gave an id of

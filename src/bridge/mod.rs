@@ -12,10 +12,10 @@
 //! client is told why in the protocol and the session is carried over:
 //! `session.rs` has the whole story (the state machine), `outage.rs` its
 //! rules and bounds, `ledger/` everything the traffic teaches (requests in
-//! flight, the session to replay), `client.rs` and `app.rs` each side's
-//! lines, `online.rs` the relaying, `resume.rs` what a new instance is
-//! given, `answer.rs` the bridge's own words, `cache/` the app's last
-//! answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
+//! flight, the session to replay, and, in `ledger/resume.rs`, what a new
+//! instance is given), `client.rs` and `app.rs` each side's lines (handed
+//! their bytes: they never read), `online.rs` the relaying and the reads,
+//! `answer.rs` the bridge's own words, `cache/` the app's last answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
 //! relayed bytes and those whole-line error responses only; every
 //! diagnostic is a [`BridgeError`] for the caller to print on stderr.
 

@@ -11,7 +11,12 @@
 //!   (errors, notifications) at line boundaries.
 //!
 //! They share the ledger and wake each other when one leaves work for the
-//! other ([`Signal`]). The endings are those of the plain
+//! other ([`Signal`]). The reads are here, not in the sides: each pump
+//! reads into its side's spare room and hands it the count
+//! ([`read_client`], [`read_app`]), so the sides decide bytes without
+//! awaiting anything, and what only an I/O error tells (a reset: the app
+//! went away with some of what it was sent unread) reaches the app's side
+//! as an input, not as an error it would have to read the kind of. The endings are those of the plain
 //! [relay](crate::relay): at stdin's end the app's side is half-closed and
 //! replies are still relayed for the drain grace; at the app's end the
 //! relay ends at once (what the client sent meanwhile stays with the client

@@ -21,7 +21,7 @@
 //! - **Online**: [`online::relay`] pumps both ways, the
 //!   [ledger](super::ledger) deciding each line. An instance reached after
 //!   a hang-up (or after the cache answered for it) is first given the
-//!   session ([`resume`]).
+//!   session ([`Ledger::start_instance`]).
 //! - **Connecting, Resuming** (holding): the client's lines are held, up to
 //!   [`HOLD_LIMIT`](super::HOLD_LIMIT), for the instance to come.
 //! - **Absent**: requests are answered at once with an error that names

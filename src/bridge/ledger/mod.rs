@@ -13,6 +13,16 @@
 //! a line the app never got teaches nothing. An app line is decided as
 //! early as its first members allow ([`Ledger::app_partial`]), and its
 //! lesson is taken at its end ([`Ledger::app_line`]).
+//!
+//! Its state changes only through its methods: the fields are private, and
+//! what the I/O side must write or say is handed over by a `take_` method
+//! ([`Ledger::take_owed_client`], [`Ledger::take_owed_app`],
+//! [`Ledger::take_taken_back`], [`Ledger::take_lost`],
+//! [`Ledger::take_learnt`]). So a list of ids is kept in one place only (a
+//! cancel among held lines is matched here too, [`Ledger::refuse_held`]),
+//! and the rules of a line cannot be bypassed by a caller who writes a
+//! field. The replay to a new instance (`resume.rs`) is part of it for the
+//! same reason: every step reads the record and writes the ledger.
 
 mod id;
 mod pending;
