@@ -482,6 +482,11 @@ impl Connector for EndpointConnector<'_> {
 /// the log: a CLI's MCP log shows a server's stderr, and nothing else
 /// tells the user why the app's tools answer errors.
 pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
+    say_args(log, format_args!("{}", text));
+}
+
+/// [`say`], for a text still in pieces: no string is made of it first.
+pub(crate) fn say_args(log: Option<&TrafficLog>, text: fmt::Arguments<'_>) {
     // A simulated session (virtual time: thousands a test run) says
     // nothing on stderr.
     #[cfg(test)]
@@ -490,7 +495,7 @@ pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
     }
     crate::diag::write_line(format!("mcp-bridge: {}\n", text).as_bytes());
     if let Some(log) = log {
-        log.event(format_args!("{}", text));
+        log.event(text);
     }
 }
 

@@ -47,7 +47,7 @@ use super::client::{ClientSide, Refusals};
 use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Bounds, Ended, History, Meaning, Outage};
-use super::{say, BridgeError, Config, Connected, Connector};
+use super::{say, say_args, BridgeError, Config, Connected, Connector};
 use crate::endpoint::{FIRST_RETRY, LAST_RETRY};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
@@ -457,9 +457,9 @@ where
                     Some(outage) if !new && !served => outage,
                     _ => self.new_outage(instance),
                 };
-                say(
+                say_args(
                     self.io.log,
-                    &format!(
+                    format_args!(
                         "the app at '{}' closed the connection; waiting up to {}s for it to come \
                          back and take the session over",
                         self.config.endpoint.display(),
@@ -562,9 +562,9 @@ where
         self.io.write_owed().await?;
         if !absence.said {
             absence.said = true;
-            say(
+            say_args(
                 self.io.log,
-                &format!(
+                format_args!(
                     "{}; answering requests with that until the app is back (mcp-bridge keeps \
                      looking for it)",
                     crate::error_chain(&absence.error)
@@ -585,9 +585,9 @@ where
                 Held::Done(Ok(connected)) => {
                     if !absence.reached {
                         absence.reached = true;
-                        say(
+                        say_args(
                             self.io.log,
-                            &format!(
+                            format_args!(
                                 "reached the app at '{}': handing it the session",
                                 self.config.endpoint.display()
                             ),
