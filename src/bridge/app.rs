@@ -14,11 +14,11 @@
 //! [`UNDECIDED_LIMIT`](super::ledger::UNDECIDED_LIMIT); a longer one is passed on as it comes.
 //!
 //! Like the client's side, it works in its buffer, in place: bytes move
-//! only when a line is taken out.
-
-use std::cell::RefCell;
-
-use futures_lite::io::{AsyncRead, AsyncReadExt};
+//! only when a line is taken out. And like it, it never reads: the caller
+//! reads into [`AppSide::spare`] and says what came
+//! ([`AppSide::filled`]) or that the connection ended, and whether with a
+//! reset ([`AppSide::closed`]): that is the caller's to tell from the
+//! error, so this side judges facts, never error kinds.
 
 use super::ledger::{Early, Ledger};
 use crate::envelope::{first_byte_after_space, BatchIds, BatchScanner, Kind, Scanner};
@@ -104,34 +104,33 @@ impl Default for AppSide {
 }
 
 impl AppSide {
-    /// Reads one chunk from the app and decides what of it goes on: `false`
-    /// at the app's end (EOF, or a reset, which says no more).
-    pub(super) async fn read(
-        &mut self,
-        reader: &mut (impl AsyncRead + Unpin),
-        ledger: &RefCell<Ledger>,
-    ) -> std::io::Result<bool> {
+    /// Room for the next chunk from the app, at the end of the data (the
+    /// caller reads into it, then says how much came with
+    /// [`AppSide::filled`]).
+    pub(super) fn spare(&mut self) -> &mut [u8] {
         self.compact();
         if self.buf.len() < self.end + BUFFER_SIZE {
             self.buf.resize(self.end + BUFFER_SIZE, 0);
         }
-        let n = loop {
-            match reader.read(&mut self.buf[self.end..]).await {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if crate::relay::is_hangup(&e) => {
-                    self.reset = e.kind() == std::io::ErrorKind::ConnectionReset;
-                    break 0;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        if n == 0 {
-            return Ok(self.end_last_line(&mut ledger.borrow_mut()));
-        }
+        &mut self.buf[self.end..]
+    }
+
+    /// `n` bytes from the app came into [`AppSide::spare`]: what of them
+    /// goes on is decided.
+    pub(super) fn filled(&mut self, n: usize, ledger: &mut Ledger) {
         self.heard += n as u64;
-        self.take(n, &mut ledger.borrow_mut());
-        Ok(true)
+        self.take(n, ledger);
+    }
+
+    /// The app's end of the connection; `reset`: it was a reset, so the
+    /// app went away with some of what it was sent unread (the caller
+    /// knows it from the error; on Linux, a Unix socket closed with bytes
+    /// in its receive queue resets its peer). `false` when nothing more
+    /// comes; `true` when the end completed a last line (see
+    /// [`AppSide::end_last_line`]), and the next read sees the end again.
+    pub(super) fn closed(&mut self, reset: bool, ledger: &mut Ledger) -> bool {
+        self.reset |= reset;
+        self.end_last_line(ledger)
     }
 
     /// The app's end, in the middle of a line: when that line is a whole
@@ -143,7 +142,7 @@ impl AppSide {
         if self.cur.len == 0 || !self.scanner.object_ended() {
             return false;
         }
-        // Room for it: the read that saw the end had BUFFER_SIZE.
+        // Room for it: the spare room the end was read into.
         self.buf[self.end] = b'\n';
         self.take(1, ledger);
         true
@@ -156,7 +155,7 @@ impl AppSide {
         let mut array = self.array.take();
         // What the bridge owed the client before this chunk goes first; what
         // a line of it makes the bridge owe goes after that line.
-        let owed_before = ledger.owed_client.len();
+        let owed_before = ledger.owed_client_len();
         if self.cur.len == 0 {
             self.cur = Down::at(from);
         }
@@ -211,13 +210,13 @@ impl AppSide {
                     Some(Early::Drop) => false,
                     _ => goes_on,
                 };
-                ended.push((end, goes_on, ledger.owed_client.len()));
+                ended.push((end, goes_on, ledger.owed_client_len()));
                 at = end;
                 first = false;
             });
         }
         let mut read = from;
-        let mut owed = ledger.owed_client.split_off(owed_before);
+        let mut owed = ledger.take_owed_client_after(owed_before);
         let mut owed_from = 0;
         for (line_end, goes_on, owed_to) in ended.drain(..) {
             self.keep(read, line_end - read);
@@ -236,7 +235,7 @@ impl AppSide {
         // Owed by the line in progress (none, as its end is not seen): kept
         // for the next boundary.
         let rest = owed.split_off(owed_from);
-        ledger.owed_client.extend_from_slice(&rest);
+        ledger.owe_client(&rest);
         if read < to {
             // The line in progress: decided as soon as it can be.
             let tail = &self.buf[read..to];

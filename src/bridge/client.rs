@@ -23,6 +23,13 @@
 //! is dropped to its last byte and its request answered, the moment its
 //! line ends.
 //!
+//! The side never reads: the caller reads stdin into
+//! [`ClientSide::spare`] and hands over the count
+//! ([`ClientSide::filled`]), or the end and its time
+//! ([`ClientSide::closed`]), and each decision takes the ledger as `&mut`.
+//! So the decisions run the same under the session's pumps, a test's
+//! chunks or a simulation's clock, with no reader or shared cell to fake.
+//!
 //! Reading and deciding happen in the buffer, in place: a chunk is scanned
 //! where it was read, and bytes move only when a line is taken out, or
 //! rewritten: the client's answer to a question the bridge gave an id of
@@ -32,12 +39,9 @@
 //! followed whatever its length, and a line the bridge answers keeps none
 //! of its bytes.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
-
-use futures_lite::io::{AsyncRead, AsyncReadExt};
 
 use super::answer::Answer;
 use super::ledger::{Early, Ledger, Line, Mode, Rewrite, Verdict, RECORDED};
@@ -102,15 +106,6 @@ impl Current {
     }
 }
 
-/// How a read went.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Read {
-    /// Bytes came.
-    Some,
-    /// stdin ended.
-    Eof,
-}
-
 /// Answers for the lines the bridge refuses on its own: one over the hold
 /// limit, one the app cut that was too long to keep whole.
 #[derive(Debug)]
@@ -120,8 +115,7 @@ pub(super) struct Refusals {
 }
 
 /// The client's side (see the [module docs](self)).
-pub(super) struct ClientSide<R> {
-    stdin: R,
+pub(super) struct ClientSide {
     /// When stdin ended, if it has.
     pub(super) eof: Option<Instant>,
     scanner: Scanner,
@@ -152,10 +146,9 @@ pub(super) struct ClientSide<R> {
     batch: Option<BatchScanner>,
 }
 
-impl<R: AsyncRead + Unpin> ClientSide<R> {
-    pub(super) fn new(stdin: R, refusals: Refusals) -> ClientSide<R> {
+impl ClientSide {
+    pub(super) fn new(refusals: Refusals) -> ClientSide {
         ClientSide {
-            stdin,
             eof: None,
             scanner: Scanner::recording(RECORDED),
             buf: Vec::new(),
@@ -173,38 +166,37 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
         }
     }
 
-    /// Reads one chunk of stdin and decides every line it ends.
-    pub(super) async fn read(&mut self, ledger: &RefCell<Ledger>) -> std::io::Result<Read> {
+    /// Room for the next chunk of stdin, at the end of the data (the
+    /// caller reads into it, then says how much came with
+    /// [`ClientSide::filled`]).
+    pub(super) fn spare(&mut self) -> &mut [u8] {
         self.compact();
         if self.buf.len() < self.end + BUFFER_SIZE {
             self.buf.resize(self.end + BUFFER_SIZE, 0);
         }
-        let n = loop {
-            match self.stdin.read(&mut self.buf[self.end..]).await {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        };
-        let mut ledger = ledger.borrow_mut();
-        if n == 0 {
-            self.eof = Some(crate::clock::now());
-            // A last line without its `\n` is still a line.
-            let mut last = None;
-            let mut batch = self.batch.take();
-            self.scanner.finish(|envelope| {
-                last = Some(Line::of(
-                    &envelope,
-                    batch.as_mut().and_then(BatchScanner::finish),
-                ))
-            });
-            if let Some(line) = last {
-                self.line_ended(line, &mut ledger);
-            }
-            return Ok(Read::Eof);
+        &mut self.buf[self.end..]
+    }
+
+    /// `n` bytes of stdin came into [`ClientSide::spare`]: every line they
+    /// end is decided.
+    pub(super) fn filled(&mut self, n: usize, ledger: &mut Ledger) {
+        self.take(n, ledger);
+    }
+
+    /// stdin ended, at `now`. A last line without its `\n` is still a line.
+    pub(super) fn closed(&mut self, now: Instant, ledger: &mut Ledger) {
+        self.eof = Some(now);
+        let mut last = None;
+        let mut batch = self.batch.take();
+        self.scanner.finish(|envelope| {
+            last = Some(Line::of(
+                &envelope,
+                batch.as_mut().and_then(BatchScanner::finish),
+            ))
+        });
+        if let Some(line) = last {
+            self.line_ended(line, ledger);
         }
-        self.take(n, &mut ledger);
-        Ok(Read::Some)
     }
 
     /// Decides the `n` bytes just read at `end`.
@@ -431,13 +423,12 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
 
     /// The current instance took `n` more bytes (of
     /// [`ClientSide::sendable`]): lines it took whole teach the ledger now.
-    pub(super) fn accepted(&mut self, n: usize, ledger: &RefCell<Ledger>) {
+    pub(super) fn accepted(&mut self, n: usize, ledger: &mut Ledger) {
         if n == 0 {
             return;
         }
         self.sent += n;
         self.boundary = self.buf[self.sent - 1] == b'\n';
-        let mut ledger = ledger.borrow_mut();
         while self
             .lines
             .front()
@@ -603,20 +594,8 @@ impl<R: AsyncRead + Unpin> ClientSide<R> {
     /// No app: every request held and to come is answered with `answer`
     /// (a request the client cancelled meanwhile is not).
     pub(super) fn go_absent(&mut self, answer: Rc<Answer>, ledger: &mut Ledger) {
-        let held: Vec<Held> = self.lines.drain(..).collect();
-        let cancelled: Vec<Vec<u8>> = held
-            .iter()
-            .filter_map(|h| h.line.cancels().map(<[u8]>::to_vec))
-            .collect();
-        for h in &held {
-            let is_cancelled = match &h.line {
-                Line::Request { id: Some(id), .. } => cancelled.iter().any(|c| c == id),
-                _ => false,
-            };
-            if !is_cancelled && ledger.decide(&h.line, Mode::Absent) == Verdict::Refuse {
-                ledger.refused(&h.line, &answer);
-            }
-        }
+        let held = self.lines.drain(..).map(|held| held.line).collect();
+        ledger.refuse_held(held, &answer);
         if self.cur.len > 0 {
             if matches!(self.cur.fate, Fate::Relay) {
                 self.cur.fate = Fate::Refuse(Rc::clone(&answer));
@@ -648,66 +627,67 @@ fn moved(at: usize, shift: isize) -> usize {
 mod tests {
     use super::*;
     use crate::bridge::answer::Reason;
-    use futures_lite::io::Cursor;
     use std::path::Path;
 
-    fn side(input: &[u8]) -> ClientSide<Cursor<Vec<u8>>> {
+    fn side() -> ClientSide {
         let answer = |r| Answer::new(r, "x", Path::new("/e"));
-        ClientSide::new(
-            Cursor::new(input.to_vec()),
-            Refusals {
-                overflow: answer(Reason::HoldLimit),
-                interrupted: answer(Reason::AppRestarting),
-            },
-        )
+        ClientSide::new(Refusals {
+            overflow: answer(Reason::HoldLimit),
+            interrupted: answer(Reason::AppRestarting),
+        })
+    }
+
+    /// `chunk` read from stdin.
+    fn feed(client: &mut ClientSide, chunk: &[u8], ledger: &mut Ledger) {
+        client.spare()[..chunk.len()].copy_from_slice(chunk);
+        client.filled(chunk.len(), ledger);
     }
 
     #[test]
     fn held_lines_are_kept_whole_and_sent_in_order() {
         let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\"}\n{\"method\":\"n\"}\n{\"id\":2,\"method\":\"x\"";
         for size in [1, 2, 3, 7, input.len()] {
-            let ledger = RefCell::new(Ledger::default());
-            let mut client = side(b"");
+            let mut ledger = Ledger::default();
+            let mut client = side();
             for chunk in input.chunks(size) {
-                client.stdin = Cursor::new(chunk.to_vec());
-                smol::block_on(client.read(&ledger)).unwrap();
+                feed(&mut client, chunk, &mut ledger);
             }
             // Held: the whole lines; the one in progress waits for its end.
             let whole = input.len() - b"{\"id\":2,\"method\":\"x\"".len();
             assert_eq!(client.sendable(), &input[..whole]);
             assert!(client.holds_requests());
             // Online, a request goes on as it comes.
-            client.go_online(&mut ledger.borrow_mut());
+            client.go_online(&mut ledger);
             assert_eq!(client.sendable(), &input[..]);
             let n = client.sendable().len();
-            client.accepted(n, &ledger);
-            assert_eq!(ledger.borrow().pending.len(), 1, "chunks of {}", size);
+            client.accepted(n, &mut ledger);
+            assert_eq!(ledger.pending_len(), 1, "chunks of {}", size);
         }
     }
 
     #[test]
     fn a_line_the_app_did_not_take_whole_is_held_again_from_its_start() {
-        let ledger = RefCell::new(Ledger::default());
+        let mut ledger = Ledger::default();
         let first = b"{\"id\":1,\"method\":\"tools/call\"}\n";
-        let mut client = side(b"{\"id\":1,\"method\":\"tools/call\"}\n{\"id\":2,\"method\":\"to");
-        client.go_online(&mut ledger.borrow_mut());
-        while smol::block_on(client.read(&ledger)).unwrap() == Read::Some {
-            if client.sendable().len() > first.len() {
-                break;
-            }
-        }
+        let mut client = side();
+        client.go_online(&mut ledger);
+        feed(
+            &mut client,
+            b"{\"id\":1,\"method\":\"tools/call\"}\n{\"id\":2,\"method\":\"to",
+            &mut ledger,
+        );
         let sendable = client.sendable().to_vec();
         assert!(sendable.len() > first.len() + 4, "{:?}", sendable);
         // The app took the first line and part of the second, then died.
-        client.accepted(first.len() + 4, &ledger);
-        let mut ledger = ledger.into_inner();
-        assert_eq!(ledger.pending.len(), 1);
+        client.accepted(first.len() + 4, &mut ledger);
+        assert_eq!(ledger.pending_len(), 1);
         let answer = Answer::new(Reason::AppRestarting, "gone", Path::new("/e"));
         let again = ledger.hung_up(&answer);
         client.hung_up(again, &mut ledger);
         client.go_online(&mut ledger);
         assert_eq!(client.sendable(), &sendable[first.len()..]);
         // The request in flight is answered, not sent again.
-        assert!(String::from_utf8_lossy(&ledger.owed_client).contains("\"id\":1"));
+        let owed = ledger.take_owed_client();
+        assert!(String::from_utf8_lossy(&owed).contains("\"id\":1"));
     }
 }

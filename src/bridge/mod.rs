@@ -12,10 +12,10 @@
 //! client is told why in the protocol and the session is carried over:
 //! `session.rs` has the whole story (the state machine), `outage.rs` its
 //! rules and bounds, `ledger/` everything the traffic teaches (requests in
-//! flight, the session to replay), `client.rs` and `app.rs` each side's
-//! lines, `online.rs` the relaying, `resume.rs` what a new instance is
-//! given, `answer.rs` the bridge's own words, `cache/` the app's last
-//! answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
+//! flight, the session to replay, and, in `ledger/resume.rs`, what a new
+//! instance is given), `client.rs` and `app.rs` each side's lines (handed
+//! their bytes: they never read), `online.rs` the relaying and the reads,
+//! `answer.rs` the bridge's own words, `cache/` the app's last answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
 //! relayed bytes and those whole-line error responses only; every
 //! diagnostic is a [`BridgeError`] for the caller to print on stderr.
 
@@ -38,7 +38,6 @@ mod ledger;
 mod online;
 mod outage;
 mod plain;
-mod resume;
 mod session;
 #[cfg(test)]
 mod sim;
@@ -483,6 +482,11 @@ impl Connector for EndpointConnector<'_> {
 /// the log: a CLI's MCP log shows a server's stderr, and nothing else
 /// tells the user why the app's tools answer errors.
 pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
+    say_args(log, format_args!("{}", text));
+}
+
+/// [`say`], for a text still in pieces: no string is made of it first.
+pub(crate) fn say_args(log: Option<&TrafficLog>, text: fmt::Arguments<'_>) {
     // A simulated session (virtual time: thousands a test run) says
     // nothing on stderr.
     #[cfg(test)]
@@ -491,28 +495,16 @@ pub(crate) fn say(log: Option<&TrafficLog>, text: &str) {
     }
     crate::diag::write_line(format!("mcp-bridge: {}\n", text).as_bytes());
     if let Some(log) = log {
-        log.event(format_args!("{}", text));
+        log.event(text);
     }
 }
 
 /// Says what could not be carried over to a new instance: on stderr, in
-/// the log, and to the client as a warning when its session has logging.
+/// the log, and to the client as a warning when its session has logging
+/// (the ledger owes those).
 fn report_lost(ledger: &mut ledger::Ledger, log: Option<&TrafficLog>) {
-    if ledger.lost.is_empty() {
-        return;
-    }
-    let logging = ledger
-        .record
-        .told
-        .as_ref()
-        .map_or(false, |t| t.has("logging"));
-    for lost in std::mem::take(&mut ledger.lost) {
+    for lost in ledger.take_lost() {
         say(log, &lost);
-        if logging {
-            ledger
-                .owed_client
-                .extend_from_slice(&answer::warning(&lost));
-        }
     }
 }
 

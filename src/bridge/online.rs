@@ -11,7 +11,12 @@
 //!   (errors, notifications) at line boundaries.
 //!
 //! They share the ledger and wake each other when one leaves work for the
-//! other ([`Signal`]). The endings are those of the plain
+//! other ([`Signal`]). The reads are here, not in the sides: each pump
+//! reads into its side's spare room and hands it the count
+//! ([`read_client`], [`read_app`]), so the sides decide bytes without
+//! awaiting anything, and what only an I/O error tells (a reset: the app
+//! went away with some of what it was sent unread) reaches the app's side
+//! as an input, not as an error it would have to read the kind of. The endings are those of the plain
 //! [relay](crate::relay): at stdin's end the app's side is half-closed and
 //! replies are still relayed for the drain grace; at the app's end the
 //! relay ends at once (what the client sent meanwhile stays with the client
@@ -26,12 +31,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::app::AppSide;
-use super::client::{ClientSide, Read};
+use super::client::ClientSide;
 use super::ledger::{Ledger, TakenBack};
-use super::{resume, BridgeError};
+use super::BridgeError;
 use crate::relay::{is_hangup, Ending, RelayError, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{LineTap, TrafficLog};
@@ -74,7 +79,8 @@ pub(super) struct Link<'a> {
 /// Relays between the client side and one instance until one of them
 /// ends (see the [module docs](self)).
 pub(super) async fn relay<R, AR, AW, W>(
-    client: &mut ClientSide<R>,
+    client: &mut ClientSide,
+    stdin: &mut R,
     app: &mut AppSide,
     reader: AR,
     writer: AW,
@@ -102,6 +108,7 @@ where
     let mut reader = reader;
     let up = up(
         client,
+        stdin,
         writer,
         ledger,
         preamble,
@@ -141,7 +148,7 @@ where
             let drained = future::or(async { Some((&mut down).await) }, async {
                 Some((&mut input_closed).await.map(Down::Done))
             });
-            match crate::wait::timeout(APP_GONE_DRAIN, drained).await {
+            match super::session::boxed(crate::wait::timeout(APP_GONE_DRAIN, drained)).await {
                 Some(Some(Ok(Down::Done(ending)))) => Ok(End::Done(ending)),
                 Some(Some(Err(e))) => Err(e),
                 _ => Ok(End::HungUp),
@@ -150,7 +157,12 @@ where
         // Client EOF: tell the app (half-close) and drain in-flight
         // replies, both within one deadline.
         Up::Eof(writer) => {
-            let drained = crate::relay::close_and_drain(writer, &mut down, drain_grace).await;
+            let drained = super::session::boxed(crate::relay::close_and_drain(
+                writer,
+                &mut down,
+                drain_grace,
+            ))
+            .await;
             Ok(End::Done(match drained {
                 None => Ending::ClientClosed { drained: false },
                 Some(Ok(Down::HungUp)) => Ending::ClientClosed { drained: true },
@@ -178,7 +190,8 @@ enum Down {
 
 #[allow(clippy::too_many_arguments)]
 async fn up<R, AW>(
-    client: &mut ClientSide<R>,
+    client: &mut ClientSide,
+    stdin: &mut R,
     mut writer: AW,
     ledger: &RefCell<Ledger>,
     preamble: Vec<u8>,
@@ -200,11 +213,17 @@ where
             taking_back = Some(deadline.min(eof + eof_grace));
         }
         if let Some(deadline) = taking_back {
-            let answer = ledger.borrow_mut().taken_back.take();
+            let answer = ledger.borrow_mut().take_taken_back();
             match answer {
                 Some(TakenBack::Accepted(result)) => {
                     let mut ledger = ledger.borrow_mut();
-                    let rest = resume::taken_back(&mut ledger, &result, log);
+                    let rest = ledger.taken_back(&result);
+                    if let Some(log) = log {
+                        log.event(format_args!(
+                            "the app's new instance took the session back (the replayed \
+                             initialize was answered)"
+                        ));
+                    }
                     ours.extend_from_slice(&rest);
                     taking_back = None;
                     // What the client sends is for this instance from now
@@ -229,13 +248,13 @@ where
         }
         // The bridge's own lines, between the client's.
         if client.at_boundary() {
-            ours.append(&mut ledger.borrow_mut().owed_app);
+            ours.append(&mut ledger.borrow_mut().take_owed_app());
             if !ours.is_empty() {
                 if let Some(log) = log {
                     log_lines(log, "bridge->app", &ours);
                 }
                 client.bridge_wrote();
-                match send(&mut writer, &ours).await {
+                match super::send(&mut writer, &ours).await {
                     Ok(()) => ours.clear(),
                     Err(e) if is_hangup(&e) => return Ok(Up::AppGone),
                     Err(e) => return Err(write_error(Stage::WriteServer, e)),
@@ -251,7 +270,7 @@ where
                         if let Some(tap) = tap.as_mut() {
                             tap.feed(&client.sendable()[..n]);
                         }
-                        client.accepted(n, ledger);
+                        client.accepted(n, &mut ledger.borrow_mut());
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -282,7 +301,7 @@ where
         let more = client.eof.is_none();
         let read = async {
             match more {
-                true => Some(client.read(ledger).await),
+                true => Some(read_client(stdin, client, ledger).await),
                 false => future::pending().await,
             }
         };
@@ -294,10 +313,10 @@ where
             // Lines answered by the bridge (while the app is absent and the
             // instance not yet taking the session) are the other pump's to
             // write.
-            Some(Ok(Read::Some | Read::Eof)) if !ledger.borrow().owed_client.is_empty() => {
+            Some(Ok(())) if ledger.borrow().owes_client() => {
                 signals.down.wake();
             }
-            Some(Ok(Read::Some | Read::Eof)) | None => {}
+            Some(Ok(())) | None => {}
             Some(Err(e)) => {
                 return Err(BridgeError::Relay(RelayError {
                     stage: Stage::ReadClient,
@@ -354,19 +373,14 @@ where
             return Err(write_error(Stage::WriteClient, e));
         }
         learn(ledger);
-        let read = async { Some(app.read(reader, ledger).await) };
+        let read = async { Some(read_app(reader, app, ledger).await) };
         let woken = async {
             signals.down.wait().await;
             None
         };
         // Woken first: what the other pump left is older than what comes.
         match future::or(woken, read).await {
-            Some(Ok(true)) => {
-                let ledger = ledger.borrow();
-                if ledger.taken_back.is_some() || !ledger.owed_app.is_empty() {
-                    signals.up.wake();
-                }
-            }
+            Some(Ok(true)) if ledger.borrow().has_work_for_app() => signals.up.wake(),
             Some(Ok(false)) => return Ok(Down::HungUp),
             Some(Err(e)) => {
                 return Err(BridgeError::Relay(RelayError {
@@ -374,9 +388,62 @@ where
                     source: e,
                 }))
             }
-            None => {}
+            Some(Ok(true)) | None => {}
         }
         super::report_lost(&mut ledger.borrow_mut(), log);
+    }
+}
+
+/// Reads one chunk of stdin into the client side, which decides it.
+pub(super) async fn read_client<R: AsyncRead + Unpin>(
+    stdin: &mut R,
+    client: &mut ClientSide,
+    ledger: &RefCell<Ledger>,
+) -> std::io::Result<()> {
+    let n = read_some(stdin, client.spare()).await?;
+    let mut ledger = ledger.borrow_mut();
+    match n {
+        0 => client.closed(crate::clock::now(), &mut ledger),
+        n => client.filled(n, &mut ledger),
+    }
+    Ok(())
+}
+
+/// Reads one chunk from the app into its side, which decides what of it
+/// goes on: `false` at the app's end (EOF, or a hang-up error, which says
+/// no more). A reset is the one fact the error alone tells: the app went
+/// away with some of what it was sent unread.
+async fn read_app<AR: AsyncRead + Unpin>(
+    reader: &mut AR,
+    app: &mut AppSide,
+    ledger: &RefCell<Ledger>,
+) -> std::io::Result<bool> {
+    let read = read_some(reader, app.spare()).await;
+    let mut ledger = ledger.borrow_mut();
+    match read {
+        Ok(0) => Ok(app.closed(false, &mut ledger)),
+        Ok(n) => {
+            app.filled(n, &mut ledger);
+            Ok(true)
+        }
+        Err(e) if is_hangup(&e) => {
+            let reset = e.kind() == std::io::ErrorKind::ConnectionReset;
+            Ok(app.closed(reset, &mut ledger))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One read into `buf`, again when interrupted.
+async fn read_some(
+    reader: &mut (impl AsyncRead + Unpin),
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    loop {
+        match reader.read(buf).await {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            read => return read,
+        }
     }
 }
 
@@ -406,7 +473,7 @@ async fn write_owed<W: AsyncWrite + Unpin>(
     if !app.at_boundary() {
         return Ok(());
     }
-    let owed = std::mem::take(&mut ledger.borrow_mut().owed_client);
+    let owed = ledger.borrow_mut().take_owed_client();
     write_lines(stdout, &owed, log).await
 }
 
@@ -428,12 +495,6 @@ async fn write_lines<W: AsyncWrite + Unpin>(
         Err(e) if is_hangup(&e) => Ok(()),
         Err(e) => Err(write_error(Stage::WriteClient, e)),
     }
-}
-
-/// Writes all of `bytes` and flushes.
-async fn send(out: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
-    out.write_all(bytes).await?;
-    out.flush().await
 }
 
 fn write_error(stage: Stage, source: std::io::Error) -> BridgeError {

@@ -69,7 +69,7 @@ where
     };
     let (mut stdin, mut stdout, mut reader) = (stdin, stdout, reader);
     let (mut up, mut down_watch) = (up, down_watch);
-    let relayed = relay::relay_watched(
+    let relayed = super::session::boxed(relay::relay_watched(
         &mut stdin as &mut DynRead<'_>,
         &mut stdout as &mut DynWrite<'_>,
         &mut reader as &mut DynRead<'_>,
@@ -77,7 +77,7 @@ where
         config.drain_grace,
         &mut up as &mut DynWatch<'_>,
         &mut down_watch as &mut DynWatch<'_>,
-    );
+    ));
     let input_closed = super::input_closed_then_grace(hangups, config.drain_grace);
     let ending = future::or(relayed, input_closed)
         .await

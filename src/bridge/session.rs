@@ -21,7 +21,7 @@
 //! - **Online**: [`online::relay`] pumps both ways, the
 //!   [ledger](super::ledger) deciding each line. An instance reached after
 //!   a hang-up (or after the cache answered for it) is first given the
-//!   session ([`resume`]).
+//!   session ([`Ledger::start_instance`]).
 //! - **Connecting, Resuming** (holding): the client's lines are held, up to
 //!   [`HOLD_LIMIT`](super::HOLD_LIMIT), for the instance to come.
 //! - **Absent**: requests are answered at once with an error that names
@@ -38,16 +38,16 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::io::{AsyncRead, AsyncWrite};
 
 use super::answer::{Answer, Reason};
 use super::answers::Answers;
 use super::app::AppSide;
-use super::client::{ClientSide, Read, Refusals};
+use super::client::{ClientSide, Refusals};
 use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Bounds, Ended, History, Meaning, Outage};
-use super::{resume, say, BridgeError, Config, Connected, Connector};
+use super::{say, say_args, BridgeError, Config, Connected, Connector};
 use crate::endpoint::{FIRST_RETRY, LAST_RETRY};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
@@ -112,6 +112,11 @@ enum Held<T> {
     Eof,
 }
 
+/// What the session waits on while it holds the client's lines: an
+/// attempt to reach the app, or a pause (`None` at its end). One type for
+/// both, so that [`Io::hold`] is compiled once.
+type Waited<AR, AW> = Option<Result<Connected<AR, AW>, BridgeError>>;
+
 /// The longest pause between two looks for an app that refuses the client
 /// or is served by another user: each look is a connection it sees.
 const REFUSED_LOOK_CAP: Duration = Duration::from_secs(30);
@@ -121,7 +126,8 @@ const REFUSED_LOOK_CAP: Duration = Duration::from_secs(30);
 /// is held.
 struct Io<'a, R, W> {
     config: &'a Config,
-    client: ClientSide<R>,
+    stdin: R,
+    client: ClientSide,
     stdout: W,
     ledger: RefCell<Ledger>,
     hangups: Option<&'a Hangups>,
@@ -183,7 +189,8 @@ where
             connector,
             io: Io {
                 config,
-                client: ClientSide::new(stdin, refusals),
+                stdin,
+                client: ClientSide::new(refusals),
                 stdout,
                 ledger: RefCell::new(ledger),
                 hangups,
@@ -230,7 +237,7 @@ where
                     return Ok(Phase::Online(connected, Origin::Connecting))
                 }
                 Held::Done(Err(e)) if heals(&e) => {
-                    self.io.ledger.borrow_mut().app_absent = true;
+                    self.io.ledger.borrow_mut().set_app_absent(true);
                     last = Some(e);
                 }
                 Held::Done(Err(e)) => return Ok(Phase::Absent(self.absence(e))),
@@ -240,8 +247,7 @@ where
                 let error = last.take().expect("an attempt failed");
                 return Ok(Phase::Absent(self.absence(error)));
             }
-            let paused = clock::after(pause.min(left));
-            if let Held::Eof = self.io.hold(paused).await? {
+            if let Held::Eof = self.pause(pause.min(left)).await? {
                 return self.io.end_on_eof().await;
             }
             pause = (pause * 2).min(LAST_RETRY);
@@ -269,8 +275,8 @@ where
             || self.io.ledger.borrow().has_session();
         self.reached = true;
         // There is an app: the cache answers for it no longer.
-        self.io.ledger.borrow_mut().app_absent = false;
-        let (preamble, taking_back) = resume::start(&mut self.io.ledger.borrow_mut(), resumed);
+        self.io.ledger.borrow_mut().set_app_absent(false);
+        let (preamble, taking_back) = self.io.ledger.borrow_mut().start_instance(resumed);
         let patience = match &origin {
             Origin::Outage(outage) => outage.patience(instance, &self.bounds, clock::now()),
             Origin::Connecting => clock::now() + self.config.reconnect_timeout,
@@ -307,6 +313,7 @@ where
         };
         let end = boxed(online::relay(
             &mut self.io.client,
+            &mut self.io.stdin,
             &mut app,
             reader,
             writer,
@@ -318,7 +325,7 @@ where
         online::learn(&self.io.ledger);
         // An instance that said no to the replay and hung up at once did
         // not take the session back, whichever of the two was seen first.
-        let end = match (end?, self.io.ledger.borrow_mut().taken_back.take()) {
+        let end = match (end?, self.io.ledger.borrow_mut().take_taken_back()) {
             (End::HungUp, Some(TakenBack::Rejected(why))) => {
                 End::NotTakenBack(online::rejected(&why), true)
             }
@@ -363,7 +370,7 @@ where
                     Origin::Outage(outage) => Some(outage),
                     _ => None,
                 };
-                self.hung_up(instance, &app, started, outage).await
+                boxed(self.hung_up(instance, &app, started, outage)).await
             }
         }
     }
@@ -391,7 +398,7 @@ where
                 self.io.client.unread_last(&mut ledger);
             }
             let ended = Ended {
-                answered: ledger.served,
+                answered: ledger.served(),
                 lasted: clock::now().saturating_duration_since(started),
                 heard: app.heard,
                 refusal: app.refusal.clone(),
@@ -400,7 +407,7 @@ where
             let again = ledger.hung_up(&self.io.restarting());
             self.io.client.hung_up(again, &mut ledger);
             Ended {
-                probed: ledger.probe_refused,
+                probed: ledger.probe_refused(),
                 ..ended
             }
         };
@@ -418,7 +425,7 @@ where
                 };
                 Ok(Phase::Absent(self.absence(error)))
             }
-            Meaning::Restart { .. } if self.io.ledger.borrow().record.too_long => {
+            Meaning::Restart { .. } if self.io.ledger.borrow().too_long_to_replay() => {
                 let error = BridgeError::Resume {
                     endpoint,
                     reason: format!(
@@ -450,9 +457,9 @@ where
                     Some(outage) if !new && !served => outage,
                     _ => self.new_outage(instance),
                 };
-                say(
+                say_args(
                     self.io.log,
-                    &format!(
+                    format_args!(
                         "the app at '{}' closed the connection; waiting up to {}s for it to come \
                          back and take the session over",
                         self.config.endpoint.display(),
@@ -520,8 +527,7 @@ where
                 let why = why.unwrap_or("the app closed the connection");
                 log.reconnect(self.attempts + 1, pause, &why);
             }
-            let paused = clock::after(pause);
-            if let Held::Eof = self.io.hold(paused).await? {
+            if let Held::Eof = self.pause(pause).await? {
                 return self.io.end_on_eof().await;
             }
             let left = outage.deadline.saturating_duration_since(clock::now());
@@ -548,7 +554,7 @@ where
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         {
             let mut ledger = self.io.ledger.borrow_mut();
-            ledger.app_absent = absence.answered_for();
+            ledger.set_app_absent(absence.answered_for());
             self.io
                 .client
                 .go_absent(Rc::clone(&absence.answer), &mut ledger);
@@ -556,9 +562,9 @@ where
         self.io.write_owed().await?;
         if !absence.said {
             absence.said = true;
-            say(
+            say_args(
                 self.io.log,
-                &format!(
+                format_args!(
                     "{}; answering requests with that until the app is back (mcp-bridge keeps \
                      looking for it)",
                     crate::error_chain(&absence.error)
@@ -567,8 +573,7 @@ where
         }
         let mut pause = self.bounds.look_interval;
         loop {
-            let looked = clock::after(pause);
-            if let Held::Eof = self.io.hold(looked).await? {
+            if let Held::Eof = self.pause(pause).await? {
                 if let Some(log) = self.io.log {
                     log.stdin_eof();
                 }
@@ -580,9 +585,9 @@ where
                 Held::Done(Ok(connected)) => {
                     if !absence.reached {
                         absence.reached = true;
-                        say(
+                        say_args(
                             self.io.log,
-                            &format!(
+                            format_args!(
                                 "reached the app at '{}': handing it the session",
                                 self.config.endpoint.display()
                             ),
@@ -595,7 +600,7 @@ where
                     if !heals(&e) {
                         absence = self.absence(e);
                         let mut ledger = self.io.ledger.borrow_mut();
-                        ledger.app_absent = absence.answered_for();
+                        ledger.set_app_absent(absence.answered_for());
                         self.io
                             .client
                             .go_absent(Rc::clone(&absence.answer), &mut ledger);
@@ -620,7 +625,26 @@ where
             resumed,
             budget,
         );
-        self.io.hold(attempt).await
+        let attempt = async { Some(attempt.await) };
+        futures_lite::pin!(attempt);
+        Ok(match self.io.hold(attempt).await? {
+            Held::Done(Some(reached)) => Held::Done(reached),
+            // (A pause's end: not this work's.)
+            _ => Held::Eof,
+        })
+    }
+
+    /// Waits `pause` while the client's lines are held or answered.
+    async fn pause(&mut self, pause: Duration) -> Result<Held<()>, BridgeError> {
+        let paused = async {
+            clock::after(pause).await;
+            None
+        };
+        futures_lite::pin!(paused);
+        Ok(match self.io.hold::<C::Reader, C::Writer>(paused).await? {
+            Held::Done(_) => Held::Done(()),
+            Held::Eof => Held::Eof,
+        })
     }
 
     /// What the client is told while `error` keeps the app away.
@@ -694,7 +718,9 @@ fn attempt<'c, C: Connector, R, W>(
 /// pointer: the session's future then holds one box instead of the union
 /// of every phase's state, and its code is 5.5 KB smaller (bridge-only
 /// build). One allocation per phase, beside a connection's many.
-fn boxed<'f, T>(f: impl Future<Output = T> + 'f) -> Pin<Box<dyn Future<Output = T> + 'f>> {
+pub(super) fn boxed<'f, T>(
+    f: impl Future<Output = T> + 'f,
+) -> Pin<Box<dyn Future<Output = T> + 'f>> {
     Box::pin(f)
 }
 
@@ -727,8 +753,10 @@ where
     /// writing what the client is owed as it arises. [`Held::Eof`]: stdin
     /// ended with no request held, or the drain grace after it ended with
     /// some (and `work` was dropped).
-    async fn hold<T>(&mut self, work: impl Future<Output = T>) -> Result<Held<T>, BridgeError> {
-        futures_lite::pin!(work);
+    async fn hold<AR, AW>(
+        &mut self,
+        mut work: Pin<&mut (dyn Future<Output = Waited<AR, AW>> + '_)>,
+    ) -> Result<Held<Waited<AR, AW>>, BridgeError> {
         loop {
             self.write_owed().await?;
             if let Some(eof) = self.client.eof {
@@ -741,9 +769,11 @@ where
                     None => Held::Eof,
                 });
             }
-            let (client, ledger) = (&mut self.client, &self.ledger);
+            let (client, stdin, ledger) = (&mut self.client, &mut self.stdin, &self.ledger);
             let step = future::or(async { Ok(Some((&mut work).await)) }, async {
-                client.read(ledger).await.map(|_: Read| None)
+                online::read_client(stdin, client, ledger)
+                    .await
+                    .map(|()| None)
             })
             .await;
             match step {
@@ -777,7 +807,7 @@ where
     }
 
     async fn write_owed(&mut self) -> Result<(), BridgeError> {
-        let owed = std::mem::take(&mut self.ledger.borrow_mut().owed_client);
+        let owed = self.ledger.borrow_mut().take_owed_client();
         self.write_out(&owed).await
     }
 
@@ -790,15 +820,13 @@ where
         if let Some(log) = self.log {
             online::log_lines(log, "bridge->cli", bytes);
         }
-        let written = async {
-            self.stdout.write_all(bytes).await?;
-            self.stdout.flush().await
-        };
-        written.await.map_err(|source| {
-            BridgeError::Relay(RelayError {
-                stage: Stage::WriteClient,
-                source,
+        super::send(&mut self.stdout, bytes)
+            .await
+            .map_err(|source| {
+                BridgeError::Relay(RelayError {
+                    stage: Stage::WriteClient,
+                    source,
+                })
             })
-        })
     }
 }

@@ -13,14 +13,25 @@
 //! a line the app never got teaches nothing. An app line is decided as
 //! early as its first members allow ([`Ledger::app_partial`]), and its
 //! lesson is taken at its end ([`Ledger::app_line`]).
+//!
+//! Its state changes only through its methods: the fields are private, and
+//! what the I/O side must write or say is handed over by a `take_` method
+//! ([`Ledger::take_owed_client`], [`Ledger::take_owed_app`],
+//! [`Ledger::take_taken_back`], [`Ledger::take_lost`],
+//! [`Ledger::take_learnt`]). So a list of ids is kept in one place only (a
+//! cancel among held lines is matched here too, [`Ledger::refuse_held`]),
+//! and the rules of a line cannot be bypassed by a caller who writes a
+//! field. The replay to a new instance (`resume.rs`) is part of it for the
+//! same reason: every step reads the record and writes the ledger.
 
 mod id;
 mod pending;
 mod record;
+mod resume;
 
-pub(super) use id::key as id_key;
-pub(super) use pending::{IdMap, Pending};
-pub(super) use record::{listed, Era, ListenState, Record, Recorded, Told};
+use id::key as id_key;
+use pending::{IdMap, Pending};
+use record::{listed, Era, ListenState, Record, Recorded, Told};
 
 use super::answer::{self, Answer, Reason};
 use super::answers::{Answers, Learnt};
@@ -302,19 +313,19 @@ pub(super) enum TakenBack {
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
     /// The client's requests the current instance has not answered.
-    pub(super) pending: Pending,
+    pending: Pending,
     batches: pending::Batches,
     /// The app's requests to the client.
     app_requests: AppRequests,
     /// The session as the app accepted it.
-    pub(super) record: Record,
+    record: Record,
     /// The bridge's requests to the current instance, by raw id.
     ours: IdMap<Ours>,
     next_ours: u64,
     /// The answer to the replayed `initialize`, when it came.
-    pub(super) taken_back: Option<TakenBack>,
+    taken_back: Option<TakenBack>,
     /// Whether the current instance answered a client request.
-    pub(super) served: bool,
+    served: bool,
     /// Whether the current instance came after a hang-up (or after the
     /// cache answered for the app): what it answers is checked against what
     /// it was asked.
@@ -329,20 +340,20 @@ pub(super) struct Ledger {
     /// side to write once the reply is on its way ([`Ledger::take_learnt`]).
     learnt: Vec<Learnt>,
     /// The app is known not to be there: the cache may answer.
-    pub(super) app_absent: bool,
+    app_absent: bool,
     /// Whole lines the bridge owes the client (error responses,
     /// notifications), written at the next line boundary.
-    pub(super) owed_client: Vec<u8>,
+    owed_client: Vec<u8>,
     /// Whole lines the bridge owes the app (its requests, error responses
     /// to the app's), written at the next line boundary.
-    pub(super) owed_app: Vec<u8>,
+    owed_app: Vec<u8>,
     /// What could not be carried over to the new instance, to be said.
-    pub(super) lost: Vec<String>,
+    lost: Vec<String>,
     /// The endpoint, for the errors the bridge writes.
-    pub(super) endpoint: std::path::PathBuf,
+    endpoint: std::path::PathBuf,
     /// The instance that hung up last did so on a `server/discover` probe,
     /// before any `initialize`: a legacy app, not a failure.
-    pub(super) probe_refused: bool,
+    probe_refused: bool,
 }
 
 impl Ledger {
@@ -369,6 +380,110 @@ impl Ledger {
             request: request.to_vec(),
             result: result.map(<[u8]>::to_vec),
         });
+    }
+
+    /// The bridge's lines owed to the client, taken to be written.
+    pub(super) fn take_owed_client(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.owed_client)
+    }
+
+    /// Whether the bridge owes the client lines.
+    pub(super) fn owes_client(&self) -> bool {
+        !self.owed_client.is_empty()
+    }
+
+    /// Where the lines owed to the client end now: a mark to take the
+    /// ones owed after it ([`Ledger::take_owed_client_after`]).
+    pub(super) fn owed_client_len(&self) -> usize {
+        self.owed_client.len()
+    }
+
+    /// The lines owed to the client since the mark `at`, taken.
+    pub(super) fn take_owed_client_after(&mut self, at: usize) -> Vec<u8> {
+        self.owed_client.split_off(at)
+    }
+
+    /// Lines owed to the client that the caller took and did not place:
+    /// owed again, after what is owed now.
+    pub(super) fn owe_client(&mut self, lines: &[u8]) {
+        self.owed_client.extend_from_slice(lines);
+    }
+
+    /// The bridge's lines owed to the app, taken to be written.
+    pub(super) fn take_owed_app(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.owed_app)
+    }
+
+    /// The current instance's answer to the replayed `initialize`, taken.
+    pub(super) fn take_taken_back(&mut self) -> Option<TakenBack> {
+        self.taken_back.take()
+    }
+
+    /// Whether what the app sent left work for the writer to the app: the
+    /// answer to the replay, or lines the bridge owes the app.
+    pub(super) fn has_work_for_app(&self) -> bool {
+        self.taken_back.is_some() || !self.owed_app.is_empty()
+    }
+
+    /// Whether the app is known not to be there (the cache may answer).
+    pub(super) fn set_app_absent(&mut self, absent: bool) {
+        self.app_absent = absent;
+    }
+
+    /// Whether the current instance answered a client request.
+    pub(super) fn served(&self) -> bool {
+        self.served
+    }
+
+    /// Whether the instance that hung up last did so on a
+    /// `server/discover` probe, before any `initialize`.
+    pub(super) fn probe_refused(&self) -> bool {
+        self.probe_refused
+    }
+
+    /// Whether the client's `initialize` was too long to keep for a
+    /// replay.
+    pub(super) fn too_long_to_replay(&self) -> bool {
+        self.record.too_long
+    }
+
+    /// What could not be carried over to the new instance, taken to be
+    /// said on stderr; when the client's session has logging, it is also
+    /// owed a warning for each.
+    pub(super) fn take_lost(&mut self) -> Vec<String> {
+        let lost = std::mem::take(&mut self.lost);
+        if self
+            .record
+            .told
+            .as_ref()
+            .map_or(false, |t| t.has("logging"))
+        {
+            for lost in &lost {
+                self.owed_client.extend_from_slice(&answer::warning(lost));
+            }
+        }
+        lost
+    }
+
+    /// No app: the held `lines` that ask are answered with `answer`, all
+    /// but a request the client cancelled among them.
+    pub(super) fn refuse_held(&mut self, lines: Vec<Line>, answer: &Answer) {
+        let cancelled: Vec<&[u8]> = lines.iter().filter_map(Line::cancels).collect();
+        for line in &lines {
+            let is_cancelled = match line {
+                Line::Request { id: Some(id), .. } => cancelled.iter().any(|c| *c == &id[..]),
+                _ => false,
+            };
+            if !is_cancelled && self.decide(line, Mode::Absent) == Verdict::Refuse {
+                self.refused(line, answer);
+            }
+        }
+    }
+
+    /// How many client requests the current instance has not answered.
+    #[cfg(test)]
+    pub(super) fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// The app's last answers, for the I/O side (to [learn](Answers::learn)
