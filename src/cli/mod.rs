@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod args;
+pub mod hint;
 mod usage;
 
 use args::{endpoint_or_app, once, Arg, Parser};

@@ -412,25 +412,6 @@ impl std::error::Error for ConnectError {
     }
 }
 
-impl ConnectError {
-    /// What to do about it, in the words of `mcp-bridge mcp-server`'s
-    /// options, where the message alone leaves the user guessing: what the
-    /// binary and `doctor` print after the message. Not part of the Display
-    /// text, which also reaches apps that call [`connect`] with no such
-    /// options, and MCP clients in the bridge's JSON-RPC errors.
-    pub fn hint(&self) -> Option<&'static str> {
-        match (&self.fault, self.source.kind()) {
-            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => {
-                Some("is the app running, and is --endpoint right?")
-            }
-            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => {
-                Some("raise --connect-timeout if it is just slow to start")
-            }
-            _ => None,
-        }
-    }
-}
-
 /// A wait as a person reads it: `5s`, `2.9s`, `250ms` rather than the
 /// `2.899912682s` of `Debug` (a reconnect waits what is left of a budget).
 struct Rounded(Duration);
@@ -523,23 +504,45 @@ mod tests {
                 )
             );
             assert!(!crate::error_chain(&e).contains("refused"), "{}", e);
-            assert_eq!(e.hint(), None);
+            assert!(!e.may_heal(), "{}", e);
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// The hints name the binary's flags, and only where they help.
+    /// The message names the fault, never one of the binary's flags (the
+    /// binary adds its hints, src/cli/hint.rs): it also reaches apps that
+    /// call [`connect`] with no such options, and MCP clients in the
+    /// bridge's JSON-RPC errors. Every fault, with every kind of OS error.
     #[test]
-    fn hints_say_what_to_do() {
-        let hint = |fault, kind| error(fault, kind, Duration::from_secs(5)).hint();
-        let absent = Some("is the app running, and is --endpoint right?");
-        assert_eq!(hint(Fault::Io, io::ErrorKind::NotFound), absent);
-        assert_eq!(hint(Fault::Waited, io::ErrorKind::NotFound), absent);
-        assert_eq!(
-            hint(Fault::Io, io::ErrorKind::TimedOut),
-            Some("raise --connect-timeout if it is just slow to start")
-        );
-        assert_eq!(hint(Fault::Io, io::ErrorKind::PermissionDenied), None);
-        assert_eq!(hint(Fault::Unidentified, io::ErrorKind::NotFound), None);
+    fn messages_name_no_flag() {
+        use io::ErrorKind::*;
+        let faults = || {
+            [
+                Fault::Io,
+                Fault::Waited,
+                Fault::NotASocket("a regular file"),
+                Fault::Unidentified,
+                Fault::Untrusted {
+                    server: "uid 1001".into(),
+                    me: "uid 1000".into(),
+                },
+            ]
+        };
+        let kinds = [
+            NotFound,
+            TimedOut,
+            ConnectionRefused,
+            PermissionDenied,
+            InvalidInput,
+            WouldBlock,
+            Other,
+        ];
+        for kind in kinds {
+            for fault in faults() {
+                let e = error(fault, kind, Duration::from_secs(5));
+                let text = crate::error_chain(&e);
+                assert!(!text.contains("--"), "{:?}: {}", e, text);
+            }
+        }
     }
 }
