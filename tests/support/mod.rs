@@ -46,6 +46,15 @@ pub use bridge::*;
 #[allow(unused_imports)]
 pub use serve::*;
 
+/// `assert!(matches!(value, pattern))` that prints the value when it does
+/// not match (a file that uses it says `#[macro_use] mod support;`).
+#[allow(unused_macros)]
+macro_rules! assert_matches {
+    ($value:expr, $($pattern:tt)+) => {
+        assert!(matches!($value, $($pattern)+), "{:?}", $value)
+    };
+}
+
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
