@@ -148,6 +148,20 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
+/// The report of a doctor that passed (exit 0); fails the test with the
+/// report and stderr otherwise.
+fn passed(output: &Output) -> String {
+    let report = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        report,
+        text(&output.stderr)
+    );
+    report
+}
+
 /// Fails the test, with the whole report, unless the line of the step
 /// `name` says `text`.
 fn assert_step_says(report: &str, name: &str, text: &str) {
@@ -545,14 +559,7 @@ fn doctor_takes_mcp_servers_command_line() {
         "--reconnect-timeout", "7", "--no-reconnect", "--log", log.to_str().unwrap(),
         "--cache-dir", cache.to_str().unwrap()];
     let output = doctor(&line);
-    let report = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        report,
-        text(&output.stderr)
-    );
+    let report = passed(&output);
     assert!(
         report.contains("  note  --reconnect-timeout is ignored: doctor runs one session"),
         "{}",
@@ -650,14 +657,7 @@ fn doctor_waits_for_the_app_with_connect_timeout() {
     until("doctor to open its log", || log.exists());
     let _host = Host::start(&socket, Behaviour::Healthy);
     let output = child.wait_with_output().unwrap();
-    let report = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        report,
-        text(&output.stderr)
-    );
+    let report = passed(&output);
     assert_step_says(&report, "connect", "waiting up to 25s for the app");
 }
 
