@@ -118,7 +118,7 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
 /// ([`cli::hint`], which `doctor` prints after its step too).
 fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
     match error.downcast_ref::<BridgeError>() {
-        Some(BridgeError::Connect(e)) => cli::hint::connect(e.may_heal(), e.io_error().kind()),
+        Some(BridgeError::Connect(e)) => cli::hint::connect(e.absence()),
         _ => None,
     }
 }

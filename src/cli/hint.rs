@@ -8,17 +8,17 @@
 //! too, whose report speaks in `mcp-server`'s options throughout and prints
 //! the same hint after the same message.
 
-use std::io;
+use super::endpoint::Absence;
 
-/// The hint for a failed connect, from its facts: whether waiting may cure
-/// it (`ConnectError::may_heal`) and its OS error's kind
-/// (`ConnectError::io_error`). Only where the message alone leaves the user
+/// The hint for a failed connect, from what its error says was absent
+/// (`ConnectError::absence`), where the message alone leaves the user
 /// guessing.
-pub(crate) fn connect(may_heal: bool, kind: io::ErrorKind) -> Option<&'static str> {
-    match kind {
-        _ if !may_heal => None,
-        io::ErrorKind::NotFound => Some("is the app running, and is --endpoint right?"),
-        io::ErrorKind::TimedOut => Some("raise --connect-timeout if it is just slow to start"),
+pub(crate) fn connect(absence: Option<Absence>) -> Option<&'static str> {
+    match absence? {
+        Absence::NoEndpoint => Some("is the app running, and is --endpoint right?"),
+        Absence::TimedOut => Some("raise --connect-timeout if it is just slow to start"),
+        // Absence is non-exhaustive, to the binary as to any other crate.
+        #[allow(unreachable_patterns)]
         _ => None,
     }
 }

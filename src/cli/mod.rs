@@ -23,7 +23,8 @@ use args::{endpoint_or_app, once, Arg, Parser};
 use mcp_bridge::bridge;
 #[cfg(feature = "doctor")]
 use mcp_bridge::doctor;
-use mcp_bridge::endpoint::ServerUser;
+// `endpoint` for hint.rs too.
+use mcp_bridge::endpoint::{self, ServerUser};
 use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "serve")]
 use mcp_bridge::serve;

@@ -252,7 +252,7 @@ impl Checker<'_> {
             Err(e) => {
                 let mut step = connect_step;
                 // What `mcp-server` prints after the same message.
-                let hint = crate::hint::connect(e.may_heal(), e.io_error().kind())
+                let hint = crate::hint::connect(e.absence())
                     .map_or(String::new(), |h| format!(" ({})", h));
                 step.detail = crate::error_chain(&BridgeError::Connect(e)) + &hint;
                 if facts.usable {

@@ -353,6 +353,35 @@ impl ConnectError {
     }
 }
 
+/// Why nothing answered at the endpoint, where the user can do something
+/// about it ([`ConnectError::absence`]): the facts the binary turns into
+/// its flag hints, which the message itself does not give (it also
+/// reaches apps that call [`connect`], and MCP clients in the bridge's
+/// JSON-RPC errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Absence {
+    /// Nothing exists at the endpoint: the app is not running, or the
+    /// endpoint is not the one the app serves.
+    NoEndpoint,
+    /// No connection within the timeout: the app is busy, hung, or slow
+    /// to start.
+    TimedOut,
+}
+
+impl ConnectError {
+    /// Why nothing answered, where that is one of the [`Absence`]s (not
+    /// for a refusal, a server of another user, or a path that is no
+    /// socket).
+    pub fn absence(&self) -> Option<Absence> {
+        match (&self.fault, self.source.kind()) {
+            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => Some(Absence::NoEndpoint),
+            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => Some(Absence::TimedOut),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoint = self.endpoint.display();
@@ -504,9 +533,25 @@ mod tests {
                 )
             );
             assert!(!crate::error_chain(&e).contains("refused"), "{}", e);
-            assert!(!e.may_heal(), "{}", e);
+            assert_eq!(e.absence(), None);
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What was absent, only where the user can act on it (the binary's
+    /// hints follow it).
+    #[test]
+    fn absences_are_told_only_where_they_help() {
+        let absence = |fault, kind| error(fault, kind, Duration::from_secs(5)).absence();
+        let none = Some(Absence::NoEndpoint);
+        assert_eq!(absence(Fault::Io, io::ErrorKind::NotFound), none);
+        assert_eq!(absence(Fault::Waited, io::ErrorKind::NotFound), none);
+        assert_eq!(
+            absence(Fault::Io, io::ErrorKind::TimedOut),
+            Some(Absence::TimedOut)
+        );
+        assert_eq!(absence(Fault::Io, io::ErrorKind::PermissionDenied), None);
+        assert_eq!(absence(Fault::Unidentified, io::ErrorKind::NotFound), None);
     }
 
     /// The message names the fault, never one of the binary's flags (the
