@@ -105,12 +105,17 @@ pub mod diag;
 mod dir_trust;
 #[cfg(feature = "doctor")]
 pub mod doctor;
+// The binary's flag hints, which doctor prints after its failed step as
+// `mcp-server` does after the same message (src/cli/hint.rs says why).
 pub mod endpoint;
 mod envelope;
 /// The FFI boundary: the only module allowed `unsafe`.
 #[allow(unsafe_code, dead_code)]
 mod ffi;
 pub mod handshake;
+#[cfg(feature = "doctor")]
+#[path = "cli/hint.rs"]
+mod hint;
 #[cfg(feature = "host")]
 #[cfg_attr(not(feature = "serve"), allow(dead_code))] // parts only serve uses
 pub mod host;

@@ -114,11 +114,11 @@ fn run(command: Command) -> Result<(), Box<dyn Error>> {
 }
 
 /// What to do about an error, in terms of this binary's options: the
-/// library's messages describe the fault, and the flags are named apart from
-/// them, by `ConnectError::hint` (one copy, which `doctor` prints too).
+/// library's messages name the fault, and the binary names the flag
+/// ([`cli::hint`], which `doctor` prints after its step too).
 fn hint(error: &(dyn Error + 'static)) -> Option<&'static str> {
     match error.downcast_ref::<BridgeError>() {
-        Some(BridgeError::Connect(e)) => e.hint(),
+        Some(BridgeError::Connect(e)) => cli::hint::connect(e.absence()),
         _ => None,
     }
 }

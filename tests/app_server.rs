@@ -3,6 +3,7 @@
 #![cfg(unix)]
 #![cfg(feature = "app-server")]
 
+#[macro_use]
 mod support;
 
 use std::process::{Command, Stdio};
@@ -117,11 +118,7 @@ fn wait_for_response_line_reports_termination_at_end_of_stream() {
 
         let result = wait_for_response_line(&mut lines, &"req-1".into(), HANG_GUARD).await;
 
-        assert!(
-            matches!(result, Err(AppServerError::ProcessTerminated { .. })),
-            "{:?}",
-            result
-        );
+        assert_matches!(result, Err(AppServerError::ProcessTerminated { .. }));
     })
 }
 
@@ -150,7 +147,7 @@ fn spawn_failure_names_the_app_server() {
         .map(|_| ())
         .unwrap_err();
 
-    assert!(matches!(error, AppServerError::Spawn { .. }), "{:?}", error);
+    assert_matches!(error, AppServerError::Spawn { .. });
     assert!(
         error.to_string().starts_with("Failed to spawn `codex`: "),
         "{}",
@@ -337,11 +334,7 @@ fn a_request_to_a_child_that_closed_its_stdin_reports_its_exit_and_last_words() 
 
         let error = client.request("initialize", json!({})).await.unwrap_err();
 
-        assert!(
-            matches!(error, AppServerError::ProcessTerminated { .. }),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::ProcessTerminated { .. });
         assert_eq!(error.stderr_tail(), Some("config error: no API key\n"));
     })
 }
@@ -436,11 +429,7 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
         );
         for result in [first, second, third] {
             let error = result.unwrap_err();
-            assert!(
-                matches!(error, AppServerError::ProcessTerminated { .. }),
-                "{:?}",
-                error
-            );
+            assert_matches!(error, AppServerError::ProcessTerminated { .. });
             assert_eq!(error.stderr_tail(), Some("fatal: out of cheese\n"));
             // The message alone says how it died and what it said last.
             assert_eq!(error.exit_status().and_then(|s| s.code()), Some(3));
@@ -451,11 +440,7 @@ fn a_child_that_dies_fails_every_pending_request_at_once() {
             );
         }
         let later = client.request("d", Value::Null).await.unwrap_err();
-        assert!(
-            matches!(later, AppServerError::ProcessTerminated { .. }),
-            "{:?}",
-            later
-        );
+        assert_matches!(later, AppServerError::ProcessTerminated { .. });
         assert!(closes(&incoming).await, "incoming closes with stdout");
         let status = client.shutdown().await.unwrap().unwrap();
         assert_eq!(status.code(), Some(3));
@@ -507,11 +492,7 @@ fn a_line_over_the_limit_is_an_error_not_an_allocation() {
 
         let error = client.request("ping", Value::Null).await.unwrap_err();
 
-        assert!(
-            matches!(error, AppServerError::LineTooLong { limit: 1000 }),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::LineTooLong { limit: 1000 });
     })
 }
 
@@ -602,11 +583,7 @@ fn a_client_over_plain_streams_reads_until_they_end() {
         assert_eq!(hello.method(), "hello");
         assert!(closes(&client.incoming()).await);
         let error = client.request("ping", Value::Null).await.unwrap_err();
-        assert!(
-            matches!(error, AppServerError::ProcessTerminated { .. }),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::ProcessTerminated { .. });
         assert_eq!(client.process_id(), None);
         assert!(client.shutdown().await.unwrap().is_none());
     })
@@ -631,11 +608,7 @@ fn a_flood_of_notifications_while_a_request_waits_ends_at_the_memory_limit() {
 
         let error = client.request("ping", Value::Null).await.unwrap_err();
 
-        assert!(
-            matches!(error, AppServerError::IncomingFull { limit } if limit == MAX_INCOMING_MEMORY),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::IncomingFull { limit } if limit == MAX_INCOMING_MEMORY);
         assert!(incoming.memory() <= MAX_INCOMING_MEMORY);
         let rss = memory_kib("VmRSS:");
         assert!(rss < MEMORY_CEILING_KIB, "resident {} KiB", rss);
@@ -664,11 +637,7 @@ fn a_60_mb_line_of_small_values_is_refused_before_it_is_decoded() {
 
         let error = client.request("ping", Value::Null).await.unwrap_err();
 
-        assert!(
-            matches!(error, AppServerError::MessageTooLarge { limit } if limit == MAX_INCOMING_MEMORY),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::MessageTooLarge { limit } if limit == MAX_INCOMING_MEMORY);
         let peak = memory_kib("VmHWM:");
         assert!(peak < MEMORY_CEILING_KIB, "peak resident {} KiB", peak);
     })
@@ -715,11 +684,7 @@ fn a_child_that_exits_while_a_helper_holds_its_stdout_fails_requests_at_once() {
 
         let error = client.request("ping", Value::Null).await.unwrap_err();
 
-        assert!(
-            matches!(error, AppServerError::ProcessTerminated { .. }),
-            "{:?}",
-            error
-        );
+        assert_matches!(error, AppServerError::ProcessTerminated { .. });
         let helper: u32 = error
             .stderr_tail()
             .expect("the helper's pid was written to stderr")
@@ -762,17 +727,9 @@ fn writes_to_a_child_that_never_reads_give_up_after_the_timeout() {
         )
         .await;
 
-        assert!(
-            matches!(request, Err(AppServerError::Timeout { .. })),
-            "{:?}",
-            request
-        );
+        assert_matches!(request, Err(AppServerError::Timeout { .. }));
         for written in [notify, respond, refuse] {
-            assert!(
-                matches!(written, Err(AppServerError::WriteTimeout { timeout: t }) if t == timeout),
-                "{:?}",
-                written
-            );
+            assert_matches!(written, Err(AppServerError::WriteTimeout { timeout: t }) if t == timeout);
         }
     })
 }
@@ -950,11 +907,7 @@ fn a_null_error_beside_a_result_is_a_result() {
         let result = within("the result", client.request("x", Value::Null)).await;
         assert_eq!(result.unwrap(), json!({"ok": true}));
         let alone = within("the null error", client.request("x", Value::Null)).await;
-        assert!(
-            matches!(alone, Err(AppServerError::UndecodableResponse { .. })),
-            "{:?}",
-            alone
-        );
+        assert_matches!(alone, Err(AppServerError::UndecodableResponse { .. }));
     })
 }
 

@@ -222,6 +222,14 @@ fn absent_endpoint_fails_fast_and_names_the_path() {
         stderr
     );
     assert!(stderr.contains("does not exist"), "{}", stderr);
+    // The flag to check is the binary's word, after the library's message.
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with(") (is the app running, and is --endpoint right?)"),
+        "{}",
+        stderr
+    );
     let mut out = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
     assert!(out.is_empty(), "stdout is the protocol: nothing on it");
@@ -358,6 +366,13 @@ fn connect_is_bounded_by_the_timeout() {
     assert!(
         stderr.contains("no connection within"),
         "names the timeout: {}",
+        stderr
+    );
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with(" (raise --connect-timeout if it is just slow to start)"),
+        "the binary names the flag: {}",
         stderr
     );
 }

@@ -148,6 +148,32 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
+/// The report of a doctor that passed (exit 0); fails the test with the
+/// report and stderr otherwise.
+fn passed(output: &Output) -> String {
+    let report = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        report,
+        text(&output.stderr)
+    );
+    report
+}
+
+/// Fails the test, with the whole report, unless the line of the step
+/// `name` says `text`.
+fn assert_step_says(report: &str, name: &str, text: &str) {
+    assert!(
+        step_line(report, name).contains(text),
+        "the '{}' step does not say {:?}:\n{}",
+        name,
+        text,
+        report
+    );
+}
+
 /// The report's line for a step.
 fn step_line<'a>(report: &'a str, name: &str) -> &'a str {
     report
@@ -186,8 +212,8 @@ fn doctor_passes_against_a_healthy_host() {
     );
     assert_eq!(text(&output.stderr), "");
 
-    assert!(step_line(&report, "endpoint").contains("a socket, owner uid"));
-    assert!(step_line(&report, "endpoint").contains("mode 0600"));
+    assert_step_says(&report, "endpoint", "a socket, owner uid");
+    assert_step_says(&report, "endpoint", "mode 0600");
     for step in [
         "connect",
         "server user",
@@ -202,15 +228,14 @@ fn doctor_passes_against_a_healthy_host() {
         "served by uid {}, which is you",
         rustix::process::geteuid().as_raw()
     );
-    assert!(
-        step_line(&report, "server user").contains(&me),
-        "{}",
-        report
+    assert_step_says(&report, "server user", &me);
+    assert_step_says(
+        &report,
+        "initialize",
+        "protocol 2025-06-18, server 'test host' 1.2.3; capabilities: prompts, tools",
     );
-    assert!(step_line(&report, "initialize")
-        .contains("protocol 2025-06-18, server 'test host' 1.2.3; capabilities: prompts, tools"));
-    assert!(step_line(&report, "tools/list").contains("2 tools: echo, add"));
-    assert!(step_line(&report, "prompts/list").contains("1 prompt: greet"));
+    assert_step_says(&report, "tools/list", "2 tools: echo, add");
+    assert_step_says(&report, "prompts/list", "1 prompt: greet");
     assert!(step_line(&report, "resources/list").starts_with("  skip"));
     assert!(report.contains("All checks passed."), "{}", report);
     let exe = fs::canonicalize(BIN).unwrap();
@@ -309,11 +334,7 @@ fn doctor_names_an_absent_endpoint() {
         "{}",
         report
     );
-    assert!(
-        step_line(&report, "endpoint").contains(&expected),
-        "{}",
-        report
-    );
+    assert_step_says(&report, "endpoint", &expected);
     assert!(
         !report.contains("  connect "),
         "the check stops at the first failure"
@@ -404,13 +425,13 @@ fn doctor_reports_a_refusal_as_the_bridge_would() {
     let output = doctor(&["--endpoint", socket.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
     let report = text(&output.stdout);
-    assert!(
-        step_line(&report, "initialize").contains(&format!(
+    assert_step_says(
+        &report,
+        "initialize",
+        &format!(
             "the app at '{}' refused this client: no room for you",
             socket.display()
-        )),
-        "{}",
-        report
+        ),
     );
 }
 
@@ -538,14 +559,7 @@ fn doctor_takes_mcp_servers_command_line() {
         "--reconnect-timeout", "7", "--no-reconnect", "--log", log.to_str().unwrap(),
         "--cache-dir", cache.to_str().unwrap()];
     let output = doctor(&line);
-    let report = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        report,
-        text(&output.stderr)
-    );
+    let report = passed(&output);
     assert!(
         report.contains("  note  --reconnect-timeout is ignored: doctor runs one session"),
         "{}",
@@ -556,11 +570,10 @@ fn doctor_takes_mcp_servers_command_line() {
         "{}",
         report
     );
-    assert!(
-        step_line(&report, "traffic log")
-            .contains(&format!("appending this session to '{}'", log.display())),
-        "{}",
-        report
+    assert_step_says(
+        &report,
+        "traffic log",
+        &format!("appending this session to '{}'", log.display()),
     );
     assert!(
         report.contains("--connect-timeout 5 --reconnect-timeout 7 --log "),
@@ -644,19 +657,8 @@ fn doctor_waits_for_the_app_with_connect_timeout() {
     until("doctor to open its log", || log.exists());
     let _host = Host::start(&socket, Behaviour::Healthy);
     let output = child.wait_with_output().unwrap();
-    let report = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        report,
-        text(&output.stderr)
-    );
-    assert!(
-        step_line(&report, "connect").contains("waiting up to 25s for the app"),
-        "{}",
-        report
-    );
+    let report = passed(&output);
+    assert_step_says(&report, "connect", "waiting up to 25s for the app");
 }
 
 /// The test that is also the recording listener's entry (see
@@ -994,21 +996,13 @@ fn doctor_escapes_the_apps_control_characters() {
     }
     let report = text(&output.stdout);
     assert!(report.contains(r"warning: the app sent a line that is not a JSON-RPC message, which a CLI may take as a broken server: \x1b[2J\x1b[1;1H  ok    all good\x07"), "{}", report);
-    assert!(
-        step_line(&report, "initialize").contains(r"server 'evil\x1b[2J\x1b[H' \u{9b}31m1\u{202e}"),
-        "{}",
-        report
+    assert_step_says(
+        &report,
+        "initialize",
+        r"server 'evil\x1b[2J\x1b[H' \u{9b}31m1\u{202e}",
     );
-    assert!(
-        step_line(&report, "tools/list").contains(r"2 tools: a\x1b]0;title\x07b, c\nd"),
-        "{}",
-        report
-    );
-    assert!(
-        step_line(&report, "prompts/list").contains(r"no\u{9b}2J\u{85}"),
-        "{}",
-        report
-    );
+    assert_step_says(&report, "tools/list", r"2 tools: a\x1b]0;title\x07b, c\nd");
+    assert_step_says(&report, "prompts/list", r"no\u{9b}2J\u{85}");
 }
 
 /// Issue 29, item 7: `doctor --json` carries the app's strings with their

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use smol::channel::Receiver;
 use smol::Task;
 use support::scripted::{call, Host, Script, INITIALIZE, INITIALIZED, ROUNDS};
-use support::{bridge_command, within_limit, Bridge, TempDir};
+use support::{bridge_command, documented_reasons, within_limit, Bridge, TempDir};
 
 /// The modern era's per-request context.
 fn meta() -> Value {
@@ -112,21 +112,6 @@ impl Stderr {
     }
 }
 
-/// The documented `data.reason`s of the errors the bridge writes to the
-/// client (docs/bridge.md).
-const REASONS: &[&str] = &[
-    "app_not_running",
-    "app_restarting",
-    "app_refused",
-    "untrusted_server",
-    "crash_loop",
-    "resume_rejected",
-    "unreachable",
-    "hold_limit",
-    "stdin_closed",
-    "too_long_to_replay",
-];
-
 /// The bridge as the client sees it: spawned as an MCP CLI would, its
 /// stdout read message by message, its stderr as it comes.
 ///
@@ -192,7 +177,7 @@ impl Client {
                 let data = &response["error"]["data"];
                 assert_eq!(data["source"], "mcp-bridge", "{}", response);
                 let reason = data["reason"].as_str().unwrap_or("(none)");
-                assert!(REASONS.contains(&reason), "{}", response);
+                assert!(documented_reasons().contains(&reason), "{}", response);
                 let endpoint = self.socket.to_string_lossy();
                 assert_eq!(data["endpoint"], endpoint.as_ref(), "{}", response);
             }

@@ -7,11 +7,10 @@ mod support;
 
 use std::process::Stdio;
 
-use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt};
 use serde_json::Value;
-use smol::process::Command;
 use support::bridge_host::Listener;
-use support::{within, TempDir, BIN};
+use support::{bridge_command, within, Bridge, TempDir};
 
 /// The app dies in the middle of a batch of answers (a line starting with
 /// `[`): the client must never see that half array, which is no JSON at
@@ -23,21 +22,11 @@ fn a_batch_of_answers_cut_by_the_app_never_reaches_the_client_in_part() {
     let dir = TempDir::new("whole-batch", 0o700);
     smol::block_on(async {
         let listener = Listener::bind(dir.socket()).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["mcp-server", "--no-cache", "--requester", "whole"])
-            .arg("--endpoint")
-            .arg(dir.socket())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut bridge =
+            Bridge::spawn(bridge_command(&dir.socket(), "p", "whole").stderr(Stdio::null()));
         let mut app = within("connection", listener.accept()).await.unwrap();
-        stdin
-            .write_all(
+        bridge
+            .send_bytes(
                 concat!(
                     r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
                     "\n",
@@ -46,9 +35,7 @@ fn a_batch_of_answers_cut_by_the_app_never_reaches_the_client_in_part() {
                 )
                 .as_bytes(),
             )
-            .await
-            .unwrap();
-        stdin.flush().await.unwrap();
+            .await;
         let mut line = String::new();
         within("initialize", app.reader.read_line(&mut line))
             .await
@@ -71,19 +58,8 @@ fn a_batch_of_answers_cut_by_the_app_never_reaches_the_client_in_part() {
         drop(app);
         let mut answered = Vec::new();
         while answered.len() < 3 {
-            let mut line = String::new();
-            within("an answer on stdout", stdout.read_line(&mut line))
-                .await
-                .unwrap();
-            assert!(
-                !line.is_empty(),
-                "stdout ended with {:?} answered",
-                answered
-            );
-            let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                panic!("a line on stdout that is not JSON ({}): {:?}", e, line)
-            });
-            let items = match value {
+            // A line on stdout that is not JSON fails here.
+            let items = match bridge.json().await {
                 Value::Array(items) => items,
                 one => vec![one],
             };
@@ -93,11 +69,6 @@ fn a_batch_of_answers_cut_by_the_app_never_reaches_the_client_in_part() {
         }
         answered.sort_unstable();
         assert_eq!(answered, [0, 1, 2], "one answer per request");
-        drop(stdin);
-        let mut rest = Vec::new();
-        within("stdout's end", stdout.read_to_end(&mut rest))
-            .await
-            .unwrap();
-        within("exit", child.status()).await.unwrap();
+        bridge.finish().await;
     });
 }

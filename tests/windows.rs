@@ -588,16 +588,21 @@ fn a_cancelled_accept_leaves_the_pipe_listening() {
 }
 
 /// `host::Listener` on a pipe, with the real bridge: the parsed handshake
-/// comes out of accept, and the stream relays both ways.
+/// comes out of accept, with the bridge's pid as the system recorded it
+/// (`Connection::peer`, issue 43; no uid on Windows), and the stream
+/// relays both ways.
 #[test]
 fn host_listener_accepts_the_bridge() {
     let pipe = unique_pipe("host");
     let listener = Listener::bind(&pipe).unwrap();
     assert_eq!(listener.endpoint(), Path::new(&pipe));
     let mut bridge = Bridge::spawn(&pipe, &["--project", "proj-h", "--requester", "agent-h"]);
+    let pid = bridge.child.as_ref().map(Child::id);
     run(async {
         let connection = listener.accept().await.unwrap();
         assert_eq!(connection.handshake, Handshake::new("proj-h", "agent-h"));
+        assert_eq!(connection.peer.pid, pid, "{:?}", connection.peer);
+        assert_eq!(connection.peer.uid, None);
         let mut requests = BufReader::new(connection.reader).lines();
         let mut replies = connection.writer;
 

@@ -16,13 +16,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod args;
+pub mod hint;
 mod usage;
 
 use args::{endpoint_or_app, once, Arg, Parser};
 use mcp_bridge::bridge;
 #[cfg(feature = "doctor")]
 use mcp_bridge::doctor;
-use mcp_bridge::endpoint::ServerUser;
+// `endpoint` for hint.rs too.
+use mcp_bridge::endpoint::{self, ServerUser};
 use mcp_bridge::handshake::Handshake;
 #[cfg(feature = "serve")]
 use mcp_bridge::serve;

@@ -252,7 +252,8 @@ impl Checker<'_> {
             Err(e) => {
                 let mut step = connect_step;
                 // What `mcp-server` prints after the same message.
-                let hint = e.hint().map_or(String::new(), |h| format!(" ({})", h));
+                let hint = crate::hint::connect(e.absence())
+                    .map_or(String::new(), |h| format!(" ({})", h));
                 step.detail = crate::error_chain(&BridgeError::Connect(e)) + &hint;
                 if facts.usable {
                     self.pass(endpoint_step, facts.warnings);

@@ -353,6 +353,35 @@ impl ConnectError {
     }
 }
 
+/// Why nothing answered at the endpoint, where the user can do something
+/// about it ([`ConnectError::absence`]): the facts the binary turns into
+/// its flag hints, which the message itself does not give (it also
+/// reaches apps that call [`connect`], and MCP clients in the bridge's
+/// JSON-RPC errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Absence {
+    /// Nothing exists at the endpoint: the app is not running, or the
+    /// endpoint is not the one the app serves.
+    NoEndpoint,
+    /// No connection within the timeout: the app is busy, hung, or slow
+    /// to start.
+    TimedOut,
+}
+
+impl ConnectError {
+    /// Why nothing answered, where that is one of the [`Absence`]s (not
+    /// for a refusal, a server of another user, or a path that is no
+    /// socket).
+    pub fn absence(&self) -> Option<Absence> {
+        match (&self.fault, self.source.kind()) {
+            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => Some(Absence::NoEndpoint),
+            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => Some(Absence::TimedOut),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoint = self.endpoint.display();
@@ -408,25 +437,6 @@ impl std::error::Error for ConnectError {
             // Made up here, with nothing to add to the text above.
             (Fault::Untrusted { .. }, _) | (_, io::ErrorKind::TimedOut) => None,
             _ => Some(&self.source),
-        }
-    }
-}
-
-impl ConnectError {
-    /// What to do about it, in the words of `mcp-bridge mcp-server`'s
-    /// options, where the message alone leaves the user guessing: what the
-    /// binary and `doctor` print after the message. Not part of the Display
-    /// text, which also reaches apps that call [`connect`] with no such
-    /// options, and MCP clients in the bridge's JSON-RPC errors.
-    pub fn hint(&self) -> Option<&'static str> {
-        match (&self.fault, self.source.kind()) {
-            (Fault::Io | Fault::Waited, io::ErrorKind::NotFound) => {
-                Some("is the app running, and is --endpoint right?")
-            }
-            (Fault::Io | Fault::Waited, io::ErrorKind::TimedOut) => {
-                Some("raise --connect-timeout if it is just slow to start")
-            }
-            _ => None,
         }
     }
 }
@@ -523,23 +533,61 @@ mod tests {
                 )
             );
             assert!(!crate::error_chain(&e).contains("refused"), "{}", e);
-            assert_eq!(e.hint(), None);
+            assert_eq!(e.absence(), None);
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// The hints name the binary's flags, and only where they help.
+    /// What was absent, only where the user can act on it (the binary's
+    /// hints follow it).
     #[test]
-    fn hints_say_what_to_do() {
-        let hint = |fault, kind| error(fault, kind, Duration::from_secs(5)).hint();
-        let absent = Some("is the app running, and is --endpoint right?");
-        assert_eq!(hint(Fault::Io, io::ErrorKind::NotFound), absent);
-        assert_eq!(hint(Fault::Waited, io::ErrorKind::NotFound), absent);
+    fn absences_are_told_only_where_they_help() {
+        let absence = |fault, kind| error(fault, kind, Duration::from_secs(5)).absence();
+        let none = Some(Absence::NoEndpoint);
+        assert_eq!(absence(Fault::Io, io::ErrorKind::NotFound), none);
+        assert_eq!(absence(Fault::Waited, io::ErrorKind::NotFound), none);
         assert_eq!(
-            hint(Fault::Io, io::ErrorKind::TimedOut),
-            Some("raise --connect-timeout if it is just slow to start")
+            absence(Fault::Io, io::ErrorKind::TimedOut),
+            Some(Absence::TimedOut)
         );
-        assert_eq!(hint(Fault::Io, io::ErrorKind::PermissionDenied), None);
-        assert_eq!(hint(Fault::Unidentified, io::ErrorKind::NotFound), None);
+        assert_eq!(absence(Fault::Io, io::ErrorKind::PermissionDenied), None);
+        assert_eq!(absence(Fault::Unidentified, io::ErrorKind::NotFound), None);
+    }
+
+    /// The message names the fault, never one of the binary's flags (the
+    /// binary adds its hints, src/cli/hint.rs): it also reaches apps that
+    /// call [`connect`] with no such options, and MCP clients in the
+    /// bridge's JSON-RPC errors. Every fault, with every kind of OS error.
+    #[test]
+    fn messages_name_no_flag() {
+        use io::ErrorKind::*;
+        let faults = || {
+            [
+                Fault::Io,
+                Fault::Waited,
+                Fault::NotASocket("a regular file"),
+                Fault::Unidentified,
+                Fault::Untrusted {
+                    server: "uid 1001".into(),
+                    me: "uid 1000".into(),
+                },
+            ]
+        };
+        let kinds = [
+            NotFound,
+            TimedOut,
+            ConnectionRefused,
+            PermissionDenied,
+            InvalidInput,
+            WouldBlock,
+            Other,
+        ];
+        for kind in kinds {
+            for fault in faults() {
+                let e = error(fault, kind, Duration::from_secs(5));
+                let text = crate::error_chain(&e);
+                assert!(!text.contains("--"), "{:?}: {}", e, text);
+            }
+        }
     }
 }

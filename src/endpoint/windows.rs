@@ -225,6 +225,15 @@ pub(crate) struct PipeReader {
     _stop: SetOnDrop,
 }
 
+impl PipeReader {
+    /// The process at the client end, where this is a server's connection
+    /// (the host's `Connection::peer`).
+    #[cfg_attr(not(feature = "host"), allow(dead_code))]
+    pub(crate) fn client_process_id(&self) -> Option<u32> {
+        self.pipe.client_process_id().ok()
+    }
+}
+
 /// The writing half of a pipe connection. Closing it only flushes (see the
 /// module docs: pipes have no half-close).
 #[derive(Debug)]

@@ -80,9 +80,9 @@ use windows_sys::Win32::System::JobObjects::{
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
 };
 use windows_sys::Win32::System::Pipes::{
-    ConnectNamedPipe, CreateNamedPipeW, GetNamedPipeServerProcessId, PeekNamedPipe, WaitNamedPipeW,
-    PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES,
-    PIPE_WAIT,
+    ConnectNamedPipe, CreateNamedPipeW, GetNamedPipeClientProcessId, GetNamedPipeServerProcessId,
+    PeekNamedPipe, WaitNamedPipeW, PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE,
+    PIPE_UNLIMITED_INSTANCES, PIPE_WAIT,
 };
 use windows_sys::Win32::System::Threading::{
     CreateEventW, GetCurrentProcess, GetProcessTimes, OpenProcess, OpenProcessToken, OpenThread,
@@ -458,6 +458,20 @@ impl Pipe {
         // SAFETY: the handle is valid for the call; `pid` is a valid place
         // for the answer.
         if unsafe { GetNamedPipeServerProcessId(self.raw(), &mut pid) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(pid)
+    }
+
+    /// The id of the process at the client end of this server instance, as
+    /// the system recorded it when the client opened the pipe.
+    /// GetNamedPipeClientProcessId: "Retrieves the client process
+    /// identifier for the specified named pipe."
+    pub(crate) fn client_process_id(&self) -> io::Result<u32> {
+        let mut pid = 0u32;
+        // SAFETY: the handle is valid for the call; `pid` is a valid place
+        // for the answer.
+        if unsafe { GetNamedPipeClientProcessId(self.raw(), &mut pid) } == 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(pid)

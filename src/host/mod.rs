@@ -200,14 +200,15 @@ pub struct Connection {
 /// The process at the other end of a [`Connection`], as the kernel
 /// recorded it when it connected, not as the peer says: on Linux its pid
 /// and uid (`SO_PEERCRED`); on the other Unix systems its uid
-/// (`getpeereid`), no pid; on Windows neither yet (the pipe admits our
-/// own user only). The uid is always ours: the listener refuses any
-/// other. A pid can be reused once that process exits; check it while
-/// the connection is open.
+/// (`getpeereid`), no pid; on Windows its pid
+/// (`GetNamedPipeClientProcessId`), no uid (Windows users are SIDs, and
+/// the pipe admits our own user only). The uid is always ours: the
+/// listener refuses any other. A pid can be reused once that process
+/// exits; check it while the connection is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Peer {
-    /// The peer's process id, where the system says it.
+    /// The peer's process id, where the system says it (Linux, Windows).
     pub pid: Option<u32>,
     /// The peer's user id (Unix), where the system says it.
     pub uid: Option<u32>,

@@ -181,11 +181,12 @@ pub(super) fn hangup(reader: &Reader) -> impl std::future::Future<Output = ()> +
 impl Acceptor {
     pub(super) async fn accept(&self) -> io::Result<Accepted> {
         match self.0.next_connection().await {
-            // The client's pid (`GetNamedPipeClientProcessId`) is not
-            // asked yet; the pipe's DACL already let in our user only.
+            // The client's pid as the system recorded it
+            // (`GetNamedPipeClientProcessId`); no uid: Windows users are
+            // SIDs, and the pipe's DACL already let in our user only.
             Ok(Some((reader, writer))) => {
                 let peer = super::Peer {
-                    pid: None,
+                    pid: reader.0.client_process_id(),
                     uid: None,
                 };
                 Ok(Accepted::Peer(Box::new((reader, writer, peer))))

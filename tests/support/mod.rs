@@ -46,6 +46,33 @@ pub use bridge::*;
 #[allow(unused_imports)]
 pub use serve::*;
 
+/// `assert!(matches!(value, pattern))` that prints the value when it does
+/// not match (a file that uses it says `#[macro_use] mod support;`).
+#[allow(unused_macros)]
+macro_rules! assert_matches {
+    ($value:expr, $($pattern:tt)+) => {
+        assert!(matches!($value, $($pattern)+), "{:?}", $value)
+    };
+}
+
+/// The `data.reason`s docs/bridge.md documents for the errors the bridge
+/// writes to the client (code -32000): the rows of its table of reasons,
+/// but those marked otherwise in parentheses (sent to the app, another
+/// code). One list, which tests/sdk/driver.mjs reads the same way.
+pub fn documented_reasons() -> Vec<&'static str> {
+    let docs = include_str!("../../docs/bridge.md");
+    let table = docs
+        .split("| `data.reason` | meaning |\n|---|---|\n")
+        .nth(1)
+        .expect("docs/bridge.md has the table of reasons");
+    table
+        .lines()
+        .take_while(|line| line.starts_with("| `"))
+        .filter(|line| !line.contains("` | ("))
+        .filter_map(|line| line.split('`').nth(1))
+        .collect()
+}
+
 /// The bridge binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-bridge");
 
