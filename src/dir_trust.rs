@@ -78,7 +78,7 @@ impl Dir {
     /// Why another user can replace the name in this directory that user
     /// `owner` owns, if anyone can: [`Dir::risk`], or, in a sticky
     /// directory others can write, a name that another user owns.
-    #[cfg_attr(not(any(feature = "host", feature = "log")), allow(dead_code))]
+    #[cfg_attr(not(feature = "log"), allow(dead_code))]
     pub(crate) fn name_risk(&self, owner: u32) -> Option<String> {
         if let Some(risk) = self.risk() {
             return Some(risk);
