@@ -1,12 +1,13 @@
 //! The scripted app: a run of instances on one Unix socket path, each a
 //! listener bound anew (a restart), that answer the client's requests now,
 //! late or out of order, re-serialise ids as a JavaScript app does, ask the
-//! client questions under ids every instance reuses, accept and close
+//! client questions under ids every instance reuses (and now and then take
+//! one back with `notifications/cancelled`), accept and close
 //! connections, and die: at once with lines unread, in the middle of an
 //! answer, or after going quiet. The last instance stays until the session
 //! ends. Every line it receives is checked by the [`Judge`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -144,6 +145,12 @@ struct Served<'a> {
     rng: Rng,
     /// Questions asked and not yet replied to: id key -> nonce.
     asked: HashMap<String, String>,
+    /// Questions it took back (`notifications/cancelled`): id keys. A
+    /// reply may still come, crossing the cancel.
+    withdrawn: HashSet<String>,
+    /// Nonces of the questions replied to: progress for one of them came
+    /// after its reply, out of the client's order.
+    replied: HashSet<String>,
     /// Answers held back: (line, token).
     deferred: Vec<(Vec<u8>, Option<String>)>,
     lines: usize,
@@ -171,6 +178,8 @@ impl<'a> Served<'a> {
             shared,
             rng,
             asked: HashMap::new(),
+            withdrawn: HashSet::new(),
+            replied: HashSet::new(),
             deferred: Vec::new(),
             lines: 0,
         }
@@ -345,12 +354,28 @@ impl<'a> Served<'a> {
             let nonce = format!("i{}-q{}", self.n, q);
             let line = format!(
                 "{}\n",
-                json!({"jsonrpc":"2.0","id":q,"method":"elicitation/create","params":{"message":format!("question {}", nonce),"nonce":nonce,"requestedSchema":{"type":"object","properties":{}}}})
+                json!({"jsonrpc":"2.0","id":q,"method":"elicitation/create","params":{"message":format!("question {}", nonce),"nonce":nonce,"requestedSchema":{"type":"object","properties":{}},"_meta":{"progressToken":nonce}}})
             );
             self.asked.insert(id_key(&json!(q)), nonce.clone());
             self.judge
                 .event(format!("app: instance {} asks {} ({})", self.n, q, nonce));
             let _ = out.write_all(line.as_bytes());
+            // Now and then it takes the question back: the client must get
+            // the cancel under the id it knows the question by (the
+            // reason names the question, for the client to check).
+            if self.rng.chance(15) {
+                self.asked.remove(&id_key(&json!(q)));
+                self.withdrawn.insert(id_key(&json!(q)));
+                self.judge.event(format!(
+                    "app: instance {} takes back {} ({})",
+                    self.n, q, nonce
+                ));
+                let cancel = format!(
+                    "{}\n",
+                    json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":q,"reason":format!("withdrawn {}", nonce)}})
+                );
+                let _ = out.write_all(cancel.as_bytes());
+            }
         }
         if self.last && self.asked.is_empty() {
             self.shared.last_settled.store(true, Ordering::SeqCst);
@@ -467,6 +492,16 @@ impl<'a> Served<'a> {
                 line.push(b'\n');
                 Some((line, None))
             }
+            (Some("notifications/progress"), None) => {
+                let token = item["params"]["progressToken"].as_str().unwrap_or("");
+                if self.replied.contains(token) {
+                    self.judge.fail(format!(
+                        "instance {} got progress for its question {} after the reply the client sent after it",
+                        self.n, token
+                    ));
+                }
+                None
+            }
             (Some(_), None) => None,
             (None, Some(id)) => {
                 self.reply(id, item);
@@ -487,6 +522,12 @@ impl<'a> Served<'a> {
     fn reply(&mut self, id: &Value, item: &Value) {
         let nonce = match self.asked.remove(&id_key(id)) {
             Some(nonce) => nonce,
+            None if self.withdrawn.remove(&id_key(id)) => {
+                return self.judge.event(format!(
+                    "app: instance {} got a reply to {} after it took it back",
+                    self.n, id
+                ))
+            }
             None => {
                 return self.judge.fail(format!(
                     "instance {} got a reply to a question it never asked (or asked and had answered): {}",
@@ -506,12 +547,18 @@ impl<'a> Served<'a> {
                 "instance {}'s question {} ({}) got the reply to another question: {}",
                 self.n, id, nonce, item
             ));
+        } else if !inner_id_intact(&item["result"]["content"]) {
+            self.judge.fail(format!(
+                "instance {}'s question {} ({}) got a reply whose result was changed: {}",
+                self.n, id, nonce, item
+            ));
         } else {
             self.judge.event(format!(
                 "app: instance {} got the reply to {}",
                 self.n, nonce
             ));
         }
+        self.replied.insert(nonce);
         if self.last && self.asked.is_empty() {
             self.shared.last_settled.store(true, Ordering::SeqCst);
         }
@@ -582,5 +629,16 @@ pub fn show(line: &[u8]) -> String {
         format!("{}... ({} bytes)", text, line.len())
     } else {
         text
+    }
+}
+
+/// Whether a reply's result still holds what the client put in it: the
+/// client writes the question's id (as it knew it) inside the result too,
+/// with its text beside it, so a bridge that rewrote a value inside the
+/// result instead of the envelope's id is seen.
+fn inner_id_intact(content: &Value) -> bool {
+    match content.get("spelled").and_then(Value::as_str) {
+        Some(spelled) => serde_json::from_str::<Value>(spelled).ok().as_ref() == content.get("id"),
+        None => true,
     }
 }

@@ -2,7 +2,9 @@
 //! requests under ids of every form (numbers small and huge, exponents,
 //! strings), batches up to several MiB, cancellations, replies to the
 //! app's questions (late ones too, after the bridge said they were
-//! cancelled), and now and then stops reading stdout for a while.
+//! cancelled; in arrays now and then, `result` first as the TypeScript SDK
+//! writes them, the question's id inside the result too, and progress
+//! before them), and now and then stops reading stdout for a while.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -46,6 +48,8 @@ pub struct Question {
 pub struct Inbox {
     /// Questions not yet replied to, by id key.
     pub questions: Mutex<HashMap<String, Question>>,
+    /// Every question got, by id key: the last one's nonce.
+    pub seen: Mutex<HashMap<String, String>>,
     /// stdout is not read before this many milliseconds since `epoch`.
     pub paused_until: AtomicU64,
 }
@@ -114,6 +118,7 @@ fn message(item: &Value, raw: &[u8], line: (u64, bool), inbox: &Inbox, judge: &J
         (Some(_), Some(id)) => {
             let nonce = item["params"]["nonce"].as_str().unwrap_or("").to_string();
             judge.event(format!("client <- question {} ({})", id, nonce));
+            inbox.seen.lock().unwrap().insert(id_key(id), nonce.clone());
             inbox.questions.lock().unwrap().insert(
                 id_key(id),
                 Question {
@@ -126,6 +131,20 @@ fn message(item: &Value, raw: &[u8], line: (u64, bool), inbox: &Inbox, judge: &J
         (Some("notifications/cancelled"), None) => {
             let id = &item["params"]["requestId"];
             judge.event(format!("client <- cancelled {}", id));
+            // The app took its question back: the cancel names it by the
+            // id the client got it under.
+            if let Some(nonce) = item["params"]["reason"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("withdrawn "))
+            {
+                let seen = inbox.seen.lock().unwrap().get(&id_key(id)).cloned();
+                if seen.as_deref() != Some(nonce) {
+                    judge.fail(format!(
+                        "the app's cancel of its question {} came under id {}, which the client knows as {:?}",
+                        nonce, id, seen
+                    ));
+                }
+            }
             if let Some(q) = inbox.questions.lock().unwrap().get_mut(&id_key(id)) {
                 q.cancelled = true;
             }
@@ -294,6 +313,7 @@ impl Client {
             .drain()
             .map(|(_, q)| q)
             .collect();
+        let mut replies = Vec::new();
         for q in questions {
             if q.cancelled && !self.rng.chance(40) {
                 continue;
@@ -304,11 +324,33 @@ impl Client {
                 q.nonce,
                 if q.cancelled { " late" } else { "" }
             ));
-            let line = format!(
-                "{}\n",
-                json!({"jsonrpc":"2.0","id":q.id,"result":{"action":"accept","content":{"nonce":q.nonce}}})
-            );
-            self.send(line.into_bytes());
+            if self.rng.chance(30) {
+                let progress = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":q.nonce,"progress":1}});
+                self.send(format!("{}\n", progress).into_bytes());
+            }
+            let reply = if self.rng.chance(30) {
+                // The TypeScript SDK's order, the id inside the result too.
+                let id = q.id.to_string();
+                format!(
+                    "{{\"result\":{{\"action\":\"accept\",\"content\":{{\"nonce\":{},\"id\":{},\"spelled\":{}}}}},\"id\":{},\"jsonrpc\":\"2.0\"}}",
+                    json!(q.nonce),
+                    id,
+                    json!(id),
+                    id
+                )
+            } else {
+                json!({"jsonrpc":"2.0","id":q.id,"result":{"action":"accept","content":{"nonce":q.nonce}}}).to_string()
+            };
+            replies.push(reply);
+        }
+        if !replies.is_empty() && self.rng.chance(25) {
+            self.judge
+                .event(format!("client -> {} replies in one array", replies.len()));
+            self.send(format!("[{}]\n", replies.join(",")).into_bytes());
+        } else {
+            for reply in replies {
+                self.send(format!("{}\n", reply).into_bytes());
+            }
         }
     }
 }
