@@ -51,7 +51,7 @@ fn main() -> std::process::ExitCode {
 fn run_main(args: Vec<OsString>) -> u8 {
     if args.is_empty() {
         // Not an error line: someone ran us by hand to see what we are.
-        report(&cli::usage());
+        report(cli::usage());
         return USAGE;
     }
     let command = match cli::parse(args) {
@@ -86,7 +86,7 @@ fn run_main(args: Vec<OsString>) -> u8 {
 /// bytes and nothing else).
 fn run(command: Command) -> Result<(), Box<dyn Error>> {
     match command {
-        Command::Help => print(&cli::usage()),
+        Command::Help => print(cli::usage()),
         Command::Version => print(&format!("{}\n", cli::version_line())),
         Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
         #[cfg(feature = "serve")]
