@@ -87,7 +87,7 @@ fn run_main(args: Vec<OsString>) -> u8 {
 fn run(command: Command) -> Result<(), Box<dyn Error>> {
     match command {
         Command::Help => print(cli::usage()),
-        Command::Version => print(&format!("{}\n", cli::version_line())),
+        Command::Version => print(cli::version_line()),
         Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
         #[cfg(feature = "serve")]
         Command::Serve(config) => serve::run(&config).map_err(Into::into),

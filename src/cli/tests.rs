@@ -543,7 +543,9 @@ fn version_names_the_build() {
         6 => "full".to_string(),
         _ => format!("features: {}", on.join(",")),
     };
-    let line = version_line();
+    let line = version_line()
+        .strip_suffix('\n')
+        .expect("the line ends with its newline");
     assert!(
         line.ends_with(&format!(", {})", build)),
         "{} should name the build {}",

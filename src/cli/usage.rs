@@ -84,7 +84,8 @@ fn others() -> String {
 /// which build this is (`full`, `bridge-only`, or `features: ` and the ones
 /// it has), all recorded by `build.rs`; the commit is `unknown` rather than
 /// a wrong one. For example
-/// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`.
+/// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`,
+/// with its newline: one constant, printed as it is.
 pub fn version_line() -> &'static str {
     concat!(
         "mcp-bridge ",
@@ -95,6 +96,6 @@ pub fn version_line() -> &'static str {
         env!("MCP_BRIDGE_TARGET"),
         ", ",
         env!("MCP_BRIDGE_BUILD"),
-        ")"
+        ")\n"
     )
 }
