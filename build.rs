@@ -43,6 +43,62 @@ fn main() {
     }
 
     no_unwind_tables();
+    usage_text();
+}
+
+/// `--help`'s text for this build, filled in here so that the binary holds
+/// it as one constant (`src/cli/usage.rs` includes it), with no code to put
+/// it together: `usage_full.txt` for a build with every command, otherwise
+/// `usage_bridge.txt` with the commands this build has; this build's `--log`
+/// lines; the version and the library's defaults. The defaults are written
+/// here as the library's constants say (`bridge::DEFAULT_CONNECT_TIMEOUT`,
+/// `DEFAULT_RECONNECT_TIMEOUT`, `traffic_log::DEFAULT_MAX_FILE_BYTES`,
+/// `serve::DEFAULT_MAX_CONNECTIONS`, `doctor::DEFAULT_TIMEOUT`); the cli's
+/// unit test `usage_is_the_template_filled_in` fills the templates in from
+/// the constants themselves and fails if they part.
+fn usage_text() {
+    let feature = |name: &str| std::env::var_os(format!("CARGO_FEATURE_{}", name)).is_some();
+    let read = |name: &str| {
+        let path = format!("src/cli/{}", name);
+        println!("cargo:rerun-if-changed={}", path);
+        std::fs::read_to_string(&path).expect("cannot read a usage text of src/cli")
+    };
+    let commands = [
+        ("serve", feature("SERVE")),
+        ("doctor", feature("DOCTOR")),
+        ("demo", feature("DEMO")),
+    ];
+    let mut text = if commands.iter().all(|c| c.1) {
+        read("usage_full.txt")
+    } else {
+        let built: Vec<&str> = commands.iter().filter(|c| c.1).map(|c| c.0).collect();
+        let others = match built.join(", ") {
+            none if none.is_empty() => none,
+            some => format!(
+                "    {:<12} Also in this build; the README describes them.\n",
+                some
+            ),
+        };
+        read("usage_bridge.txt").replace("{OTHERS}", &others)
+    };
+    let log = read(match feature("LOG") {
+        true => "usage_log.txt",
+        false => "usage_no_log.txt",
+    });
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    text = text.replace("{VERSION}", &version).replace("{LOG}", &log);
+    for (name, value) in [
+        ("{TIMEOUT}", 5),
+        ("{RECONNECT}", 30),
+        ("{LOG_MAX}", 10),
+        ("{MAX}", 64),
+        ("{DOCTOR_TIMEOUT}", 10),
+    ] {
+        text = text.replace(name, &value.to_string());
+    }
+    let out =
+        Path::new(&std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("usage.txt");
+    std::fs::write(out, text).expect("cannot write the usage text into OUT_DIR");
 }
 
 /// This crate's own commit, shortened, if it can be told (see the module

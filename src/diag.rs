@@ -169,7 +169,7 @@ fn write_stderr(mut bytes: &[u8]) {
     while !bytes.is_empty() {
         match rustix::io::write(stderr, bytes) {
             Ok(0) => return,
-            Ok(n) => bytes = &bytes[n..],
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
             Err(rustix::io::Errno::INTR) => {}
             Err(_) => return,
         }

@@ -132,6 +132,18 @@ pub mod stdio;
 pub mod traffic_log;
 mod wait;
 
+/// `smol::spawn` for the toolkit's tasks, each boxed to one type: the
+/// executor's task machinery (`async_task::RawTask`'s run, wake and drop,
+/// a few hundred bytes each) is then in the binary once instead of once per
+/// kind of task.
+#[cfg(any(feature = "host", feature = "app-server"))]
+pub(crate) fn spawn(
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> smol::Task<()> {
+    let task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = Box::pin(task);
+    smol::spawn(task)
+}
+
 /// One line for an error and every cause behind it, joined by `": "`: what
 /// the binary prints on stderr.
 ///

@@ -51,7 +51,7 @@ fn main() -> std::process::ExitCode {
 fn run_main(args: Vec<OsString>) -> u8 {
     if args.is_empty() {
         // Not an error line: someone ran us by hand to see what we are.
-        report(&cli::usage());
+        report(cli::usage());
         return USAGE;
     }
     let command = match cli::parse(args) {
@@ -86,8 +86,8 @@ fn run_main(args: Vec<OsString>) -> u8 {
 /// bytes and nothing else).
 fn run(command: Command) -> Result<(), Box<dyn Error>> {
     match command {
-        Command::Help => print(&cli::usage()),
-        Command::Version => print(&format!("{}\n", cli::version_line())),
+        Command::Help => print(cli::usage()),
+        Command::Version => print(cli::version_line()),
         Command::Bridge(config) => bridge::run(&config).map(drop).map_err(Into::into),
         #[cfg(feature = "serve")]
         Command::Serve(config) => serve::run(&config).map_err(Into::into),
@@ -142,7 +142,8 @@ fn write_stdout(mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
         match rustix::io::write(stdout, bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
+            // (`get`: no panic site for a count the kernel keeps in range.)
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }

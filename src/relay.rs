@@ -295,8 +295,9 @@ where
                 })
             }
         };
-        watch(&buf[..n]);
-        writer.write_all(&buf[..n]).await.map_err(write_error)?;
+        let chunk = buf.get(..n).unwrap_or_default();
+        watch(chunk);
+        writer.write_all(chunk).await.map_err(write_error)?;
         writer.flush().await.map_err(write_error)?;
     }
     writer.flush().await.map_err(write_error)?;

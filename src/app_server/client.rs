@@ -226,13 +226,13 @@ impl ClientBuilder {
         let (queue, incoming) = inbox(self.max_incoming_memory);
         let lines = LineReader::with_max_line_length(reader, self.max_line_length);
         let exited = child.as_ref().map(GroupChild::exited);
-        let connection = smol::spawn(run_connection(
+        let connection = crate::spawn(run_connection(
             EndOnDrop(shared.clone()),
             lines,
             queue,
             exited,
         ));
-        let answers = smol::spawn(answer_invalid_requests(shared.clone(), rung));
+        let answers = crate::spawn(answer_invalid_requests(shared.clone(), rung));
         AppServerClient {
             shared,
             incoming,

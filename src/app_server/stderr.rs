@@ -61,7 +61,7 @@ impl StderrTail {
         };
         // Only the buffer: a whole tail here would keep the drain alive for ever.
         let bytes = tail.bytes.clone();
-        smol::spawn(async move {
+        crate::spawn(async move {
             let _finishing = finishing;
             let read = async {
                 let mut buffer = vec![0; 16 * 1024];

@@ -235,8 +235,7 @@ fn split_units<T: PartialEq>(
     equals: T,
     make: impl Fn(&[T]) -> OsString,
 ) -> (OsString, Option<OsString>) {
-    match units.iter().position(|unit| *unit == equals) {
-        Some(i) => (make(&units[..i]), Some(make(&units[i + 1..]))),
-        None => (make(units), None),
-    }
+    let mut sides = units.splitn(2, |unit| *unit == equals);
+    let name = make(sides.next().unwrap_or_default());
+    (name, sides.next().map(make))
 }

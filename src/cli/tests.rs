@@ -431,6 +431,13 @@ fn doctor_takes_every_mcp_server_option() {
     );
 }
 
+/// `build.rs`'s text is the templates filled in from the library's own
+/// defaults (it writes their values down; this is where they must agree).
+#[test]
+fn usage_is_the_template_filled_in() {
+    assert_eq!(usage(), usage::usage_from_the_constants());
+}
+
 #[test]
 #[cfg(all(feature = "serve", feature = "doctor", feature = "demo"))]
 fn usage_mentions_every_option_and_exit_code() {
@@ -536,7 +543,9 @@ fn version_names_the_build() {
         6 => "full".to_string(),
         _ => format!("features: {}", on.join(",")),
     };
-    let line = version_line();
+    let line = version_line()
+        .strip_suffix('\n')
+        .expect("the line ends with its newline");
     assert!(
         line.ends_with(&format!(", {})", build)),
         "{} should name the build {}",

@@ -3,13 +3,16 @@
 //! `usage_bridge.txt`, its bridge part, for the bridge-only build an app
 //! bundles or one with a few features; filled in with the library's
 //! defaults, this build's `--log` (`usage_log.txt`, `usage_no_log.txt`) and
-//! its other commands.
+//! its other commands. `build.rs` fills them in, so that the text is one
+//! constant in the binary.
 
+#[cfg(test)]
 use mcp_bridge::bridge;
-#[cfg(feature = "doctor")]
+#[cfg(all(test, feature = "doctor"))]
 use mcp_bridge::doctor;
-#[cfg(feature = "serve")]
+#[cfg(all(test, feature = "serve"))]
 use mcp_bridge::serve;
+#[cfg(test)]
 use mcp_bridge::traffic_log::DEFAULT_MAX_FILE_BYTES;
 
 /// Our commands besides `mcp-server`, and whether this build has each.
@@ -24,8 +27,17 @@ pub(super) fn left_out_of_this_build(command: &str) -> bool {
     COMMANDS.contains(&(command, false))
 }
 
-/// The text printed by `--help`.
-pub fn usage() -> String {
+/// The text printed by `--help`, put together by `build.rs` from the
+/// templates beside this file.
+pub fn usage() -> &'static str {
+    include_str!(concat!(env!("OUT_DIR"), "/usage.txt"))
+}
+
+/// The templates filled in at run time from the library's own constants,
+/// as `build.rs` fills them in with its copies of their values: the test
+/// that the two agree.
+#[cfg(test)]
+pub(super) fn usage_from_the_constants() -> String {
     #[cfg(all(feature = "serve", feature = "doctor", feature = "demo"))]
     let text = include_str!("usage_full.txt");
     #[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
@@ -53,7 +65,10 @@ pub fn usage() -> String {
 }
 
 /// The line of a build without every command that names the ones it has.
-#[cfg(not(all(feature = "serve", feature = "doctor", feature = "demo")))]
+#[cfg(all(
+    test,
+    not(all(feature = "serve", feature = "doctor", feature = "demo"))
+))]
 fn others() -> String {
     let built: Vec<&str> = COMMANDS.iter().filter(|c| c.1).map(|c| c.0).collect();
     match built.join(", ") {
@@ -69,7 +84,8 @@ fn others() -> String {
 /// which build this is (`full`, `bridge-only`, or `features: ` and the ones
 /// it has), all recorded by `build.rs`; the commit is `unknown` rather than
 /// a wrong one. For example
-/// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`.
+/// `mcp-bridge 0.2.0 (1a2b3c4d5e6f, x86_64-unknown-linux-gnu, bridge-only)`,
+/// with its newline: one constant, printed as it is.
 pub fn version_line() -> &'static str {
     concat!(
         "mcp-bridge ",
@@ -80,6 +96,6 @@ pub fn version_line() -> &'static str {
         env!("MCP_BRIDGE_TARGET"),
         ", ",
         env!("MCP_BRIDGE_BUILD"),
-        ")"
+        ")\n"
     )
 }

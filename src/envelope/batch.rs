@@ -144,7 +144,8 @@ impl BatchScanner {
             let b = bytes[i];
             let outside = !self.string && self.depth == 0;
             if b == b'\n' || (outside && matches!(b, b',' | b']')) {
-                self.element.feed(&bytes[from..i], |_| {});
+                self.element
+                    .feed(bytes.get(from..i).unwrap_or_default(), |_| {});
                 self.end_element(from..i, each);
                 from = i + 1;
                 if b != b',' {
@@ -168,7 +169,8 @@ impl BatchScanner {
             i += 1;
         }
         if self.walk == Walk::In {
-            self.element.feed(&bytes[from..], |_| {});
+            self.element
+                .feed(bytes.get(from..).unwrap_or_default(), |_| {});
         }
     }
 

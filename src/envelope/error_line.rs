@@ -67,7 +67,7 @@ pub(crate) fn array_of_errors(
         return Vec::new();
     }
     let mut out = Vec::new();
-    for id in ids[1..].split(|&b| b == b'\n') {
+    for id in ids.get(1..).unwrap_or_default().split(|&b| b == b'\n') {
         out.push(if out.is_empty() { b'[' } else { b',' });
         push_error_response(&mut out, id, code, message, data);
     }

@@ -48,11 +48,11 @@ pub(super) enum StringEnd {
 #[inline(always)]
 pub(super) fn skip_string(chunk: &[u8], mut i: usize) -> StringEnd {
     loop {
-        let at = match find_string_stop(&chunk[i..]) {
+        let at = match find_string_stop(chunk.get(i..).unwrap_or_default()) {
             Some(n) => i + n,
             None => return StringEnd::Open,
         };
-        match chunk[at] {
+        match chunk.get(at).copied().unwrap_or_default() {
             b'"' => return StringEnd::Quote(at),
             b'\n' => return StringEnd::Newline(at),
             _ => match chunk.get(at + 1) {

@@ -34,7 +34,7 @@ pub(crate) fn member<'a>(object: &'a [u8], key: &str) -> Option<&'a [u8]> {
             _ => return None,
         }
         let key_end = value_end(object, i)?;
-        let name = &object[i + 1..key_end - 1];
+        let name = object.get(i + 1..key_end - 1).unwrap_or_default();
         i = skip_space(object, key_end);
         if object.get(i) != Some(&b':') {
             return None;
@@ -42,7 +42,7 @@ pub(crate) fn member<'a>(object: &'a [u8], key: &str) -> Option<&'a [u8]> {
         i = skip_space(object, i + 1);
         let end = value_end(object, i)?;
         if name == key.as_bytes() {
-            found = Some(&object[i..end]);
+            found = object.get(i..end);
         }
         i = end;
     }
@@ -78,7 +78,7 @@ fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
             _ => {}
         }
         j += 1;
-        if depth == 0 && (bytes[i] == b'"' || bytes[i] == b'{' || bytes[i] == b'[') {
+        if depth == 0 && matches!(bytes.get(i), Some(b'"' | b'{' | b'[')) {
             return Some(j);
         }
     }
@@ -155,7 +155,7 @@ pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
             0..=0x1f => b'u',
             _ => continue,
         };
-        out.extend_from_slice(&bytes[clean..i]);
+        out.extend_from_slice(bytes.get(clean..i).unwrap_or_default());
         clean = i + 1;
         out.push(b'\\');
         out.push(short);
@@ -165,7 +165,7 @@ pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
             out.push(HEX[usize::from(b & 0xf)]);
         }
     }
-    out.extend_from_slice(&bytes[clean..]);
+    out.extend_from_slice(bytes.get(clean..).unwrap_or_default());
     out.push(b'"');
 }
 

@@ -474,7 +474,7 @@ impl Scanner {
                     i += 1;
                 }
                 State::Nested(level) => i = self.skip_nested(level, chunk, i, on_line),
-                State::Bad => match find_newline(&chunk[i..]) {
+                State::Bad => match find_newline(chunk.get(i..).unwrap_or_default()) {
                     None => i = chunk.len(),
                     Some(n) => {
                         self.end_line(chunk, i + n, on_line);
@@ -482,7 +482,9 @@ impl Scanner {
                     }
                 },
                 State::Scalar(level) => {
-                    let end = chunk[i..]
+                    let end = chunk
+                        .get(i..)
+                        .unwrap_or_default()
                         .iter()
                         .position(|&b| SCALAR_END[b as usize])
                         .map_or(chunk.len(), |n| i + n);
@@ -512,8 +514,12 @@ impl Scanner {
                 State::Bom(seen) => {
                     const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
                     match b {
-                        _ if b == BOM[seen as usize] && seen == 2 => self.state = State::LineStart,
-                        _ if b == BOM[seen as usize] => self.state = State::Bom(seen + 1),
+                        _ if BOM.get(seen as usize) == Some(&b) && seen == 2 => {
+                            self.state = State::LineStart
+                        }
+                        _ if BOM.get(seen as usize) == Some(&b) => {
+                            self.state = State::Bom(seen + 1)
+                        }
                         b'\n' => self.end_line(chunk, i, on_line),
                         _ => self.bad(),
                     }
@@ -568,12 +574,12 @@ impl Scanner {
         }
         // Carry what this chunk holds of the unfinished line.
         if let Some(target) = self.target {
-            let part = &chunk[self.from..];
+            let part = chunk.get(self.from..).unwrap_or_default();
             self.capture(target).push(part);
             self.from = 0;
         }
         if let Some(record) = &mut self.record {
-            record.push(&chunk[self.line_from..]);
+            record.push(chunk.get(self.line_from..).unwrap_or_default());
         }
         self.len += (chunk.len() - self.line_from) as u64;
     }
@@ -692,7 +698,7 @@ impl Scanner {
         if member == Member::Id {
             self.seen.id_offset = self.len + (at - self.line_from) as u64;
         }
-        match chunk[at] {
+        match chunk.get(at).copied().unwrap_or_default() {
             b'"' => {
                 match member {
                     // The id is echoed with its quotes; method and message
@@ -734,7 +740,11 @@ impl Scanner {
                 self.member = if self.key.bytes.is_empty() {
                     // The whole key is in this chunk.
                     self.target = None;
-                    identify(level, &chunk[self.from..at], &mut self.key)
+                    identify(
+                        level,
+                        chunk.get(self.from..at).unwrap_or_default(),
+                        &mut self.key,
+                    )
                 } else {
                     // Cut by a chunk boundary: pieced together in `key`.
                     self.end_capture(chunk, at);
@@ -801,7 +811,7 @@ impl Scanner {
                 self.seen.id_valid = match self.id.whole() {
                     Some(raw) => is_valid_id(raw),
                     // Too long to check; a string or number as far as seen.
-                    None => matches!(self.id.bytes[0], b'"' | b'-' | b'0'..=b'9'),
+                    None => matches!(self.id.bytes.first(), Some(b'"' | b'-' | b'0'..=b'9')),
                 };
             }
             Member::Method => {
@@ -869,7 +879,7 @@ impl Scanner {
     /// Ends the capture in progress (if any) before `chunk[end]`.
     fn end_capture(&mut self, chunk: &[u8], end: usize) {
         if let Some(target) = self.target.take() {
-            let part = &chunk[self.from..end];
+            let part = chunk.get(self.from..end).unwrap_or_default();
             self.capture(target).push(part);
         }
     }
@@ -877,7 +887,7 @@ impl Scanner {
     /// The line's `\n` is `chunk[at]`.
     fn end_line(&mut self, chunk: &[u8], at: usize, on_line: &mut dyn FnMut(Envelope<'_>)) {
         if let Some(record) = &mut self.record {
-            record.push(&chunk[self.line_from..=at]);
+            record.push(chunk.get(self.line_from..=at).unwrap_or_default());
         }
         let len = self.len + (at + 1 - self.line_from) as u64;
         on_line(self.envelope(len));

@@ -19,10 +19,13 @@ pub(super) fn unescape(buf: &mut Vec<u8>) -> bool {
         return true;
     }
     let (mut read, mut write) = (0, 0);
-    while read < buf.len() {
-        let b = buf[read];
+    // (`get`, not indexing, here and below: no panic sites for positions
+    // that stay in range, `write` never past `read`.)
+    while let Some(&b) = buf.get(read) {
         if b != b'\\' {
-            buf[write] = b;
+            if let Some(to) = buf.get_mut(write) {
+                *to = b;
+            }
             read += 1;
             write += 1;
             continue;
@@ -37,7 +40,7 @@ pub(super) fn unescape(buf: &mut Vec<u8>) -> bool {
             Some(b'r') => b'\r',
             Some(b't') => b'\t',
             Some(b'u') => {
-                let c = match unicode_escape(&buf[read..]) {
+                let c = match unicode_escape(buf.get(read..).unwrap_or_default()) {
                     Some((c, used)) => {
                         read += used;
                         c
@@ -46,13 +49,17 @@ pub(super) fn unescape(buf: &mut Vec<u8>) -> bool {
                 };
                 let mut utf8 = [0; 4];
                 let encoded = c.encode_utf8(&mut utf8).as_bytes();
-                buf[write..write + encoded.len()].copy_from_slice(encoded);
+                for (to, from) in buf.iter_mut().skip(write).zip(encoded) {
+                    *to = *from;
+                }
                 write += encoded.len();
                 continue;
             }
             _ => break,
         };
-        buf[write] = simple;
+        if let Some(to) = buf.get_mut(write) {
+            *to = simple;
+        }
         read += 2;
         write += 1;
     }
@@ -130,7 +137,9 @@ fn is_string(raw: &[u8]) -> bool {
 /// A JSON number: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
 fn is_number(raw: &[u8]) -> bool {
     let digits = |from: usize| {
-        from + raw[from..]
+        from + raw
+            .get(from..)
+            .unwrap_or_default()
             .iter()
             .take_while(|b| b.is_ascii_digit())
             .count()

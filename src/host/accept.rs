@@ -174,7 +174,7 @@ pub(super) async fn accept_loop(
             // Locked across the spawn, so the task cannot try to remove
             // itself before it is in the map.
             let mut peers = lock(&pending);
-            let task = smol::spawn(async move {
+            let task = crate::spawn(async move {
                 work.await;
                 forget(&registry, id);
             });

@@ -276,7 +276,7 @@ impl Listener {
                 source,
             })?;
         let (ready_sender, ready) = channel::bounded(1);
-        let accepting = smol::spawn(accept::accept_loop(acceptor, options, ready_sender));
+        let accepting = crate::spawn(accept::accept_loop(acceptor, options, ready_sender));
         Ok(Listener {
             endpoint: endpoint.to_path_buf(),
             ready,

@@ -149,7 +149,7 @@ impl PeerLog {
                 state.held_back += 1;
                 if state.held_back == 1 {
                     let log = self.clone();
-                    smol::spawn(async move {
+                    crate::spawn(async move {
                         Timer::at(until).await;
                         log.count_held_back();
                     })

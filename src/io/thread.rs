@@ -179,7 +179,9 @@ fn read_forever<T: Read>(shared: &Shared<ReadQueue>, mut file: T, capacity: usiz
             Ok(0) => queue.end = Some(Ok(())),
             Ok(n) => {
                 queue.bytes.clear();
-                queue.bytes.extend_from_slice(&buffer[..n]);
+                queue
+                    .bytes
+                    .extend_from_slice(buffer.get(..n).unwrap_or_default());
                 queue.start = 0;
             }
             Err(e) => queue.end = Some(Err(e)),
@@ -274,10 +276,13 @@ impl<T: Read + Send + 'static> AsyncRead for Threaded<T> {
         let shared = self.get_mut().reader()?;
         let mut guard = shared.lock();
         let (queue, waker) = &mut *guard;
-        let available = &queue.bytes[queue.start..];
+        let available = queue.bytes.get(queue.start..).unwrap_or_default();
         if !available.is_empty() {
             let n = available.len().min(buf.len());
-            buf[..n].copy_from_slice(&available[..n]);
+            // (`zip`, not slices: no panic sites for lengths known equal.)
+            for (to, from) in buf.iter_mut().zip(available) {
+                *to = *from;
+            }
             queue.start += n;
             let taken = queue.start == queue.bytes.len();
             drop(guard);

@@ -345,7 +345,7 @@ impl ExitWatch {
             known,
         };
         let slot = watch.status.clone();
-        let watcher = smol::spawn(async move {
+        let watcher = crate::spawn(async move {
             let outcome = exit
                 .await
                 .map_err(|error| (error.kind(), error.to_string()));

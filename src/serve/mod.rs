@@ -393,7 +393,7 @@ impl Connections {
         let slot = Slot::take(&self.active, &self.running);
         let config = self.config.clone();
         let stop = self.stop_child.clone();
-        smol::spawn(async move {
+        crate::spawn(async move {
             let _slot = slot;
             serve_connection(connection, label, &config, traffic, stop).await;
         })
@@ -437,7 +437,7 @@ fn refuse_busy(
         "mcp-bridge serve is busy (connection limit: {}); try again later",
         config.max_connections
     );
-    smol::spawn(async move {
+    crate::spawn(async move {
         let _ = connection.refuse(&reason).await;
     })
     .detach();
@@ -552,7 +552,7 @@ async fn serve_connection(
         format_args!("{}: started pid {}", label, child.id()),
     );
     let (running, ended) = wait::stop_signal();
-    let copying = smol::spawn(stderr::copy_stderr(stderr, label.prefix(), ended));
+    let copying = crate::spawn(stderr::copy_stderr(stderr, label.prefix(), ended));
     let outcome = relay_until_end(connection, &child, stdin, stdout, traffic, stop).await;
     // The relay has closed the child's stdin: at the bridge's EOF, after
     // which it gave the replies the drain grace (all of it, unless the
