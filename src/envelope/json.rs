@@ -95,11 +95,11 @@ fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
 pub(crate) fn for_each_array_element(json: &[u8], each: &mut dyn FnMut(&[u8])) -> bool {
     let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     super::BatchScanner::for_each_element(json, &mut |at, _| {
-        let element = &json[at];
+        let element = json.get(at).unwrap_or_default();
         let start = element.iter().position(|b| !blank(b));
         let end = element.iter().rposition(|b| !blank(b));
         if let (Some(start), Some(end)) = (start, end) {
-            each(&element[start..=end]);
+            each(element.get(start..=end).unwrap_or_default());
         }
     })
 }

@@ -74,8 +74,10 @@ pub(super) async fn read_handshake(
                 Err(e) => return Err(HandshakeFailure::Io(e)),
             };
             let searched = buffer.len();
-            buffer.extend_from_slice(&chunk[..n]);
-            if let Some(i) = buffer[searched..].iter().position(|&b| b == b'\n') {
+            // (`get`: no panic sites for counts kept in range.)
+            buffer.extend_from_slice(chunk.get(..n).unwrap_or_default());
+            let new = buffer.get(searched..).unwrap_or_default();
+            if let Some(i) = new.iter().position(|&b| b == b'\n') {
                 let end = searched + i + 1;
                 if end > limit {
                     return Err(HandshakeFailure::TooLong(limit));
@@ -91,7 +93,8 @@ pub(super) async fn read_handshake(
         Some(read) => read?,
         None => return Err(HandshakeFailure::TimedOut(timeout)),
     };
-    let handshake = Handshake::parse(&buffer[..end]).map_err(HandshakeFailure::Invalid)?;
+    let handshake = Handshake::parse(buffer.get(..end).unwrap_or_default())
+        .map_err(HandshakeFailure::Invalid)?;
     let reader = Reader {
         early: buffer,
         early_pos: end,

@@ -385,9 +385,12 @@ impl AsyncRead for Reader {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         if this.early_pos < this.early.len() {
-            let early = &this.early[this.early_pos..];
+            // (`get` and `zip`: no panic sites for positions kept in range.)
+            let early = this.early.get(this.early_pos..).unwrap_or_default();
             let n = early.len().min(buf.len());
-            buf[..n].copy_from_slice(&early[..n]);
+            for (to, from) in buf.iter_mut().zip(early) {
+                *to = *from;
+            }
             this.early_pos += n;
             if this.early_pos == this.early.len() {
                 this.early = Vec::new();

@@ -196,13 +196,14 @@ impl LogFile {
     /// records that did go in, so that the caller counts exactly the ones
     /// lost, and a record cut short marks the file broken.
     fn write_whole(&mut self, rest: &mut &[u8], take: usize) -> io::Result<()> {
-        let chunk = &rest[..take];
+        // (`get`: no panic sites for counts kept in range.)
+        let chunk = rest.get(..take).unwrap_or_default();
         let mut done = 0;
         let failed = loop {
             if done == chunk.len() {
                 break None;
             }
-            match self.file.write(&chunk[done..]) {
+            match self.file.write(chunk.get(done..).unwrap_or_default()) {
                 Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -211,13 +212,15 @@ impl LogFile {
         };
         let whole = match failed {
             None => done,
-            Some(_) => chunk[..done]
+            Some(_) => chunk
+                .get(..done)
+                .unwrap_or_default()
                 .iter()
                 .rposition(|&b| b == b'\n')
                 .map_or(0, |at| at + 1),
         };
         self.broken = whole < done;
-        *rest = &rest[whole..];
+        *rest = rest.get(whole..).unwrap_or_default();
         failed.map_or(Ok(()), Err)
     }
 

@@ -619,7 +619,7 @@ struct Marker {
 /// `markers`) are lost when only its first `written` bytes reached the
 /// file: each record after that, each of those events counting for its N.
 fn records_lost(batch: &[u8], markers: &[Marker], written: usize) -> u64 {
-    let rest = &batch[written..];
+    let rest = batch.get(written..).unwrap_or_default();
     let records = rest.iter().filter(|&&b| b == b'\n').count() as u64;
     let (events, dropped) = markers
         .iter()
