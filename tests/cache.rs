@@ -103,6 +103,9 @@ fn answer(name: &str, message: &Value, count: usize) -> Value {
             if name.starts_with("big") {
                 result["tools"][0]["description"] = big().into();
             }
+            if name.starts_with("wide") {
+                result["tools"][0]["description"] = "w".repeat(20 * 1024).into();
+            }
             result
         }
         "prompts/list" => json!({"prompts": [{"name": format!("{}-prompt", name)}]}),
@@ -925,5 +928,100 @@ fn a_client_before_the_app_gets_the_last_lists_and_a_call_the_reason() {
         );
         client.finish().await;
         later.stop();
+    });
+}
+
+/// A bridge of `project` to `socket`, with the cache in `cache`.
+fn bridge_of(socket: &Path, cache: &Path, project: &str) -> Bridge {
+    let mut command = bridge_command(socket, project, "allowed");
+    command
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["--connect-timeout", "1"])
+        .stderr(Stdio::piped());
+    Bridge::spawn(&mut command)
+}
+
+/// Asks `lines` of a bridge of `project` (ids 1, 2, ...), each answered
+/// with a result; returns the results.
+async fn results_of(socket: &Path, cache: &Path, project: &str, lines: &[String]) -> Vec<Value> {
+    let mut client = bridge_of(socket, cache, project);
+    let mut results = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let reply = ask(&mut client, line, n as u32 + 1).await;
+        assert!(reply.get("result").is_some(), "{}", reply);
+        results.push(reply["result"].clone());
+    }
+    let (code, stderr) = client.finish_with_stderr().await;
+    assert_eq!(code, Some(0), "{}", stderr);
+    results
+}
+
+/// The answers cache's files and their bytes.
+fn cache_files(cache: &Path) -> (usize, u64) {
+    let files: Vec<fs::Metadata> = fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect();
+    (files.len(), files.iter().map(fs::Metadata::len).sum())
+}
+
+/// The bound keeps what matters: a 300-page `tools/list` evicts neither
+/// that project's `initialize` answer nor another project's.
+#[test]
+fn a_long_catalog_leaves_the_initialize_answers_in_place() {
+    let setup = Setup::new("catalog", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "catalog");
+    smol::block_on(async {
+        let other = results_of(&socket, &cache, "q", &[initialize(1, "2025-06-18")]).await;
+        let mut lines = vec![initialize(1, "2025-06-18")];
+        for page in 0..300u32 {
+            let cursor = format!("page-{}", page);
+            lines.push(request(page + 2, "tools/list", json!({ "cursor": cursor })));
+        }
+        let live = results_of(&socket, &cache, "p", &lines).await;
+        app.stop();
+        for (project, live) in [("q", &other[0]), ("p", &live[0])] {
+            let mut client = bridge_of(&socket, &cache, project);
+            let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+            assert_eq!(&reply["result"], live, "project {}: {}", project, reply);
+            client.finish().await;
+        }
+    });
+}
+
+/// The bound is in bytes: list pages with 40 KiB cursors and 60 KiB
+/// results leave the directory within its 16 MiB, the key written once.
+#[test]
+fn the_answers_cache_stays_within_its_bytes() {
+    let setup = Setup::new("bytes", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "wide");
+    smol::block_on(async {
+        let mut lines = vec![initialize(1, "2025-06-18")];
+        for page in 0..200u32 {
+            let cursor = format!("{:03}{}", page, "c".repeat(40 * 1024));
+            lines.push(request(page + 2, "tools/list", json!({ "cursor": cursor })));
+        }
+        let live = results_of(&socket, &cache, "p", &lines).await;
+        app.stop();
+        let (files, bytes) = cache_files(&cache);
+        assert!(files > 1, "{} files", files);
+        assert!(
+            bytes <= 16 * 1024 * 1024,
+            "{} files, {} bytes",
+            files,
+            bytes
+        );
+        let mut client = bridge_of(&socket, &cache, "p");
+        let reply = ask(&mut client, &lines[0], 1).await;
+        assert_eq!(reply["result"], live[0], "{}", reply);
+        let last = lines.last().unwrap();
+        let reply = ask(&mut client, last, 201).await;
+        let mut expected = live[200].clone();
+        expected["ttlMs"] = 0.into();
+        assert_eq!(reply["result"], expected, "{}", reply);
+        client.finish().await;
     });
 }

@@ -1,8 +1,8 @@
 //! One answer file's text: the bridge's own header, then the app's result.
 //!
 //! ```text
-//! mcp-bridge answers cache, format 2      (MAGIC: the bridge wrote it)
-//! key 2f72756e2f...                       (the whole key, hex: exact bytes)
+//! mcp-bridge answers cache, format 3      (MAGIC: the bridge wrote it)
+//! key 0000002a /run/a.sock\0p\0...       (the key's length in hex, the key)
 //! server 1000                             (who served it: a uid, a SID)
 //! trust default                           (the trust rule it was kept under)
 //!                                         (an empty line)
@@ -20,7 +20,7 @@ use crate::envelope::json::member;
 
 /// The first line of every answer file: the format, and the proof that the
 /// bridge wrote it (the only files it ever removes or replaces start so).
-pub(super) const MAGIC: &[u8] = b"mcp-bridge answers cache, format 2\n";
+pub(super) const MAGIC: &[u8] = b"mcp-bridge answers cache, format 3\n";
 
 /// Deepest nesting of a result accepted: deeper than any app's answer, and
 /// shallow enough for the recursive check to stay well within a stack.
@@ -72,11 +72,14 @@ pub(super) fn write(
 /// How the answer file of `key` starts: up to its server.
 fn header(key: &[u8]) -> Vec<u8> {
     let mut text = MAGIC.to_vec();
+    // The key once, as it is (its length first: it holds NULs and any
+    // byte of the endpoint's).
     text.extend_from_slice(b"key ");
-    for &b in key {
-        text.push(HEX[usize::from(b >> 4)]);
-        text.push(HEX[usize::from(b & 15)]);
+    for digit in (0..8).rev() {
+        text.push(HEX[(key.len() >> (4 * digit)) & 15]);
     }
+    text.push(b' ');
+    text.extend_from_slice(key);
     text.extend_from_slice(b"\nserver ");
     text
 }

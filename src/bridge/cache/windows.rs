@@ -182,8 +182,9 @@ impl Dir {
     }
 
     /// The bridge's answer files (by name, see `super::is_answer_file`)
-    /// that are regular files of ours, with their modification times.
-    pub(super) fn files(&self) -> Vec<((i64, i64), String)> {
+    /// that are regular files of ours: their modification times, sizes
+    /// and names.
+    pub(super) fn files(&self) -> Vec<((i64, i64), u64, String)> {
         let mut files = Vec::new();
         let entries = match fs::read_dir(&self.path) {
             Ok(entries) => entries,
@@ -196,7 +197,7 @@ impl Dir {
             };
             if let Ok(meta) = self.open_file(&name).and_then(|f| f.metadata()) {
                 // 100 ns intervals since 1601: only their order matters.
-                files.push(((meta.last_write_time() as i64, 0), name));
+                files.push(((meta.last_write_time() as i64, 0), meta.len(), name));
             }
         }
         files
