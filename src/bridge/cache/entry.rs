@@ -125,21 +125,24 @@ pub(super) fn read<'a>(text: &'a [u8], key: &[u8]) -> Read<'a> {
 /// written in.
 pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// `result` as the bridge serves it for the absent app: a 2026-07-28
-/// result's `ttlMs` is 0, so that no client keeps it as fresh (an absent
-/// `ttlMs` already means 0); everything else, `cacheScope` included, as
-/// the app said it.
-pub(super) fn served(result: &[u8]) -> Vec<u8> {
+/// `result` as the bridge serves it for the absent app, kept `age`
+/// milliseconds ago: a 2026-07-28 result's `ttlMs` is what is left of it
+/// (0 once it is stale: then `true`), so that no client keeps it as fresh
+/// longer than the app said (an absent `ttlMs` already means 0);
+/// everything else, `cacheScope` included, as the app said it.
+pub(super) fn served(result: &[u8], age: u64) -> (Vec<u8>, bool) {
     match member(result, "ttlMs") {
         Some(ttl) => {
+            let kept = std::str::from_utf8(ttl).ok().and_then(|t| t.parse().ok());
+            let left = kept.unwrap_or(0u64).saturating_sub(age);
             let at = ttl.as_ptr() as usize - result.as_ptr() as usize;
             let (head, rest) = (result.get(..at), result.get(at + ttl.len()..));
             let mut served = head.unwrap_or_default().to_vec();
-            served.push(b'0');
+            served.extend_from_slice(left.to_string().as_bytes());
             served.extend_from_slice(rest.unwrap_or_default());
-            served
+            (served, left == 0)
         }
-        None => result.to_vec(),
+        None => (result.to_vec(), false),
     }
 }
 

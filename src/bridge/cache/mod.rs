@@ -39,8 +39,10 @@
 //!   complete JSON object when it is stored and again when it is read (a
 //!   damaged entry is discarded and said once on stderr); the envelope and
 //!   the id are always the bridge's. A 2026-07-28 result is served with
-//!   `ttlMs: 0` (its `cacheScope` kept), so no client keeps a stale answer
-//!   as fresh. A newer answer that cannot be kept (an error, too long)
+//!   what is left of its `ttlMs` since it was kept (the file's
+//!   modification time; its `cacheScope` kept), and a stale one with
+//!   `ttlMs: 0`, said stale on stderr (once a session), so no client keeps
+//!   a stale answer as fresh. A newer answer that cannot be kept (an error, too long)
 //!   removes the older one. Every answer given from here is said on
 //!   stderr (once a session) and in the traffic log.
 //! - **What is touched.** The directory is opened once, not through a
@@ -65,7 +67,8 @@
 //! `unix.rs` and `windows.rs` give the same small interface: the user's
 //! cache directory (`user_cache_dir`), the endpoint's exact bytes in its
 //! absolute, resolved form (`endpoint_bytes`), and a held directory (`Dir`) with `open(path, create)`,
-//! `read(name, limit)` (a regular file of ours, not through a link),
+//! `read_aged(name, limit)` (a regular file of ours, not through a link,
+//! and its age),
 //! `write(name, text)` (whole, synced, renamed; never over a file that is
 //! not ours), `remove(name)` (only a file of ours that starts with
 //! [`entry::MAGIC`]) and `files()` (the bridge's answer files, with their
@@ -157,6 +160,7 @@ pub(in crate::bridge) struct Cache {
     /// Said on stderr already: an answer given, an entry passed over.
     said_answered: bool,
     said_passed_over: bool,
+    said_stale: bool,
 }
 
 impl Cache {
@@ -224,8 +228,8 @@ impl Cache {
     /// The answer kept under `key` for `request`, said as given.
     fn lookup(&mut self, request: &[u8], key: &[u8]) -> Option<Vec<u8>> {
         let name = file_name(&self.base, key);
-        let text = match self.dir(false)?.read(&name, file_limit(key)) {
-            Ok(text) => text,
+        let (text, age) = match self.dir(false)?.read_aged(&name, file_limit(key)) {
+            Ok(read) => read,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
                 self.pass_over(&name, &e, "");
@@ -262,7 +266,18 @@ impl Cache {
             (Some(log), true) => log.event(format_args!("{}", said)),
             (None, true) => {}
         }
-        Some(entry::served(result))
+        // Fresh for what is left of the app's `ttlMs` since it was kept
+        // (the file's modification time); a stale one is still given while
+        // the app is away (the spec lets a client do so while re-fetching
+        // fails), with `ttlMs` 0, and said stale, once a session.
+        let (served, stale) = entry::served(result, age);
+        if stale && !std::mem::replace(&mut self.said_stale, true) {
+            let said = "an answer from the answers cache is stale (kept longer ago than the \
+                        app's ttlMs): given as the app's last answer while it is away, with \
+                        ttlMs 0";
+            super::say(self.log.as_ref(), said);
+        }
+        Some(served)
     }
 
     /// The app answered `request` with `result` (none: an error, or a
@@ -299,7 +314,6 @@ impl Cache {
             None => return,
         };
         let done = match &kept {
-            Some(text) if dir.read(&name, text.len()).ok().as_ref() == Some(text) => Ok(()),
             Some(text) => dir.write(&name, text).map(|()| prune(dir)),
             None => dir.remove(&name).map(drop),
         };

@@ -124,14 +124,25 @@ fn only_one_complete_json_object_is_a_result() {
 }
 
 #[test]
-fn a_served_result_has_ttl_zero_and_keeps_its_scope() {
+fn a_served_result_has_what_is_left_of_its_ttl_and_keeps_its_scope() {
+    let result = br#"{"tools":[],"ttlMs":60000,"cacheScope":"public"}"#;
     assert_eq!(
-        entry::served(br#"{"tools":[],"ttlMs":60000,"cacheScope":"public"}"#),
-        br#"{"tools":[],"ttlMs":0,"cacheScope":"public"}"#.to_vec()
+        entry::served(result, 1500),
+        (
+            br#"{"tools":[],"ttlMs":58500,"cacheScope":"public"}"#.to_vec(),
+            false
+        )
     );
     assert_eq!(
-        entry::served(br#"{"tools":[]}"#),
-        br#"{"tools":[]}"#.to_vec()
+        entry::served(result, 60000),
+        (
+            br#"{"tools":[],"ttlMs":0,"cacheScope":"public"}"#.to_vec(),
+            true
+        )
+    );
+    assert_eq!(
+        entry::served(br#"{"tools":[]}"#, 5),
+        (br#"{"tools":[]}"#.to_vec(), false)
     );
 }
 

@@ -33,6 +33,7 @@ use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
@@ -120,9 +121,18 @@ impl Dir {
         Ok((file, stat))
     }
 
-    /// Reads the file `name`, at most `limit` bytes.
-    pub(super) fn read(&self, name: &str, limit: usize) -> io::Result<Vec<u8>> {
-        read_to_limit(self.open_file(&c(name.as_bytes())?)?.0, limit)
+    /// Reads the file `name`, at most `limit` bytes, and how long ago it
+    /// was written (milliseconds; 0 if in the future).
+    pub(super) fn read_aged(&self, name: &str, limit: usize) -> io::Result<(Vec<u8>, u64)> {
+        let (file, stat) = self.open_file(&c(name.as_bytes())?)?;
+        // (The fields' types differ between systems.)
+        #[allow(clippy::unnecessary_cast)]
+        let written = Duration::new(stat.st_mtime as u64, stat.st_mtime_nsec as u32);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let age = now.saturating_sub(written).as_millis() as u64;
+        Ok((read_to_limit(file, limit)?, age))
     }
 
     /// Whether `name` is a file the bridge wrote: its device and inode

@@ -125,6 +125,17 @@ impl Dir {
         Ok(text)
     }
 
+    /// Reads the file `name`, at most `limit` bytes, and how long ago it
+    /// was written (milliseconds; 0 if in the future).
+    pub(super) fn read_aged(&self, name: &str, limit: usize) -> io::Result<(Vec<u8>, u64)> {
+        let file = self.open_file(name)?;
+        let written = file.metadata()?.modified()?;
+        let age = written.elapsed().unwrap_or_default().as_millis() as u64;
+        let mut text = Vec::new();
+        file.take(limit as u64).read_to_end(&mut text)?;
+        Ok((text, age))
+    }
+
     /// Whether `name` is a file the bridge wrote. `NotFound` when there is
     /// none.
     fn ours(&self, name: &str) -> io::Result<bool> {
