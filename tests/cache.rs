@@ -103,6 +103,9 @@ fn answer(name: &str, message: &Value, count: usize) -> Value {
             if name.starts_with("big") {
                 result["tools"][0]["description"] = big().into();
             }
+            if name.starts_with("wide") {
+                result["tools"][0]["description"] = "w".repeat(20 * 1024).into();
+            }
             result
         }
         "prompts/list" => json!({"prompts": [{"name": format!("{}-prompt", name)}]}),
@@ -823,10 +826,10 @@ fn one_relative_endpoint_from_two_directories_shares_nothing() {
 }
 
 /// Item 10: an answer from the cache is said: on stderr once a session,
-/// in the traffic log each time; a 2026-07-28 result comes with `ttlMs` 0
-/// and the app's `cacheScope`.
+/// in the traffic log each time; a 2026-07-28 result comes with what is
+/// left of its `ttlMs` and the app's `cacheScope`.
 #[test]
-fn every_cached_answer_is_said_and_stale_at_once() {
+fn every_cached_answer_is_said_with_what_is_left_of_its_ttl() {
     let setup = Setup::new("said", 0o755);
     let (socket, cache) = (setup.socket(), setup.cache());
     let log = setup.cache.0.join("traffic.log");
@@ -841,9 +844,7 @@ fn every_cached_answer_is_said_and_stale_at_once() {
         for id in 1..=2 {
             let discover = modern(id, "server/discover", json!({}));
             let reply = ask(&mut client, &discover, id).await;
-            let mut expected = live[0]["result"].clone();
-            expected["ttlMs"] = 0.into();
-            assert_eq!(reply["result"], expected, "{}", reply);
+            assert_cached(&reply, &live[0]["result"]);
             assert_eq!(reply["result"]["cacheScope"], "public");
         }
         let (_, stderr) = client.finish_with_stderr().await;
@@ -880,11 +881,7 @@ fn a_client_before_the_app_gets_the_last_lists_and_a_call_the_reason() {
         let mut client = bridge(&socket, &cache, "allowed", &[]);
         for (n, line) in lists.iter().enumerate() {
             let reply = ask(&mut client, line, n as u32 + 1).await;
-            let mut expected = live[n]["result"].clone();
-            if expected.get("ttlMs").is_some() {
-                expected["ttlMs"] = 0.into();
-            }
-            assert_eq!(reply["result"], expected, "{}", reply);
+            assert_cached(&reply, &live[n]["result"]);
             if n == 0 {
                 client.send(INITIALIZED).await;
             }
@@ -925,5 +922,177 @@ fn a_client_before_the_app_gets_the_last_lists_and_a_call_the_reason() {
         );
         client.finish().await;
         later.stop();
+    });
+}
+
+/// `reply` is the fresh cached answer of the app's `live` result: the
+/// same, but for a `ttlMs` that is what is left of the app's (more than 0:
+/// it was kept moments ago).
+fn assert_cached(reply: &Value, live: &Value) {
+    let mut expected = live.clone();
+    if let Some(ttl) = live["ttlMs"].as_u64() {
+        let left = reply["result"]["ttlMs"].as_u64().unwrap_or(0);
+        assert!(
+            left > 0 && left <= ttl,
+            "ttlMs {} of {}: {}",
+            left,
+            ttl,
+            reply
+        );
+        expected["ttlMs"] = left.into();
+    }
+    assert_eq!(reply["result"], expected, "{}", reply);
+}
+
+/// Sets the modification time of every file in `cache` `seconds` back.
+fn age_files(cache: &Path, seconds: u64) {
+    let then = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - seconds;
+    for entry in fs::read_dir(cache).unwrap() {
+        let status = Command::new("touch")
+            .arg("-m")
+            .arg("-d")
+            .arg(format!("@{}", then))
+            .arg(entry.unwrap().path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// `ttlMs` as the spec says: freshness from when the answer was kept; a
+/// stale answer is given only while the app is away, with `ttlMs` 0, and
+/// said stale on stderr, once; once the app is back, its own answer.
+#[test]
+fn a_stale_answer_is_served_only_while_the_app_is_away_and_said_stale() {
+    let setup = Setup::new("stale", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let discover = |id| modern(id, "server/discover", json!({}));
+    smol::block_on(async {
+        let app = App::start(&setup.dir, &socket, None, "kept");
+        let live = results_of(&socket, &cache, "p", &[discover(1)]).await;
+        app.stop();
+        // Fresh: what is left of its 60 s, nothing said of staleness.
+        let mut client = bridge_of(&socket, &cache, "p");
+        let reply = ask(&mut client, &discover(1), 1).await;
+        assert_cached(&reply, &live[0]);
+        let (_, stderr) = client.finish_with_stderr().await;
+        assert!(!stderr.contains("stale"), "{}", stderr);
+        // Kept 2 minutes ago: stale, given with ttlMs 0, said once.
+        age_files(&cache, 120);
+        let mut client = bridge_of(&socket, &cache, "p");
+        for id in 1..=2 {
+            let reply = ask(&mut client, &discover(id), id).await;
+            let mut expected = live[0].clone();
+            expected["ttlMs"] = 0.into();
+            assert_eq!(reply["result"], expected, "{}", reply);
+        }
+        let (_, stderr) = client.finish_with_stderr().await;
+        assert_eq!(stderr.matches("is stale").count(), 1, "{}", stderr);
+        // The app back: its own answer, not the stale one.
+        let app = App::start(&setup.dir, &socket, None, "back");
+        let mut client = bridge_of(&socket, &cache, "p");
+        let reply = ask(&mut client, &discover(1), 1).await;
+        assert_eq!(reply["result"]["serverInfo"]["name"], "back", "{}", reply);
+        assert_eq!(reply["result"]["ttlMs"], 60000, "{}", reply);
+        let (_, stderr) = client.finish_with_stderr().await;
+        assert!(!stderr.contains("stale"), "{}", stderr);
+        app.stop();
+    });
+}
+
+/// A bridge of `project` to `socket`, with the cache in `cache`.
+fn bridge_of(socket: &Path, cache: &Path, project: &str) -> Bridge {
+    let mut command = bridge_command(socket, project, "allowed");
+    command
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["--connect-timeout", "1"])
+        .stderr(Stdio::piped());
+    Bridge::spawn(&mut command)
+}
+
+/// Asks `lines` of a bridge of `project` (ids 1, 2, ...), each answered
+/// with a result; returns the results.
+async fn results_of(socket: &Path, cache: &Path, project: &str, lines: &[String]) -> Vec<Value> {
+    let mut client = bridge_of(socket, cache, project);
+    let mut results = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let reply = ask(&mut client, line, n as u32 + 1).await;
+        assert!(reply.get("result").is_some(), "{}", reply);
+        results.push(reply["result"].clone());
+    }
+    let (code, stderr) = client.finish_with_stderr().await;
+    assert_eq!(code, Some(0), "{}", stderr);
+    results
+}
+
+/// The answers cache's files and their bytes.
+fn cache_files(cache: &Path) -> (usize, u64) {
+    let files: Vec<fs::Metadata> = fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect();
+    (files.len(), files.iter().map(fs::Metadata::len).sum())
+}
+
+/// The bound keeps what matters: a 300-page `tools/list` evicts neither
+/// that project's `initialize` answer nor another project's.
+#[test]
+fn a_long_catalog_leaves_the_initialize_answers_in_place() {
+    let setup = Setup::new("catalog", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "catalog");
+    smol::block_on(async {
+        let other = results_of(&socket, &cache, "q", &[initialize(1, "2025-06-18")]).await;
+        let mut lines = vec![initialize(1, "2025-06-18")];
+        for page in 0..300u32 {
+            let cursor = format!("page-{}", page);
+            lines.push(request(page + 2, "tools/list", json!({ "cursor": cursor })));
+        }
+        let live = results_of(&socket, &cache, "p", &lines).await;
+        app.stop();
+        for (project, live) in [("q", &other[0]), ("p", &live[0])] {
+            let mut client = bridge_of(&socket, &cache, project);
+            let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+            assert_eq!(&reply["result"], live, "project {}: {}", project, reply);
+            client.finish().await;
+        }
+    });
+}
+
+/// The bound is in bytes: list pages with 40 KiB cursors and 60 KiB
+/// results leave the directory within its 16 MiB, the key written once.
+#[test]
+fn the_answers_cache_stays_within_its_bytes() {
+    let setup = Setup::new("bytes", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let app = App::start(&setup.dir, &socket, None, "wide");
+    smol::block_on(async {
+        let mut lines = vec![initialize(1, "2025-06-18")];
+        for page in 0..200u32 {
+            let cursor = format!("{:03}{}", page, "c".repeat(40 * 1024));
+            lines.push(request(page + 2, "tools/list", json!({ "cursor": cursor })));
+        }
+        let live = results_of(&socket, &cache, "p", &lines).await;
+        app.stop();
+        let (files, bytes) = cache_files(&cache);
+        assert!(files > 1, "{} files", files);
+        assert!(
+            bytes <= 16 * 1024 * 1024,
+            "{} files, {} bytes",
+            files,
+            bytes
+        );
+        let mut client = bridge_of(&socket, &cache, "p");
+        let reply = ask(&mut client, &lines[0], 1).await;
+        assert_eq!(reply["result"], live[0], "{}", reply);
+        let last = lines.last().unwrap();
+        let reply = ask(&mut client, last, 201).await;
+        assert_cached(&reply, &live[200]);
+        client.finish().await;
     });
 }

@@ -1,8 +1,8 @@
 //! One answer file's text: the bridge's own header, then the app's result.
 //!
 //! ```text
-//! mcp-bridge answers cache, format 2      (MAGIC: the bridge wrote it)
-//! key 2f72756e2f...                       (the whole key, hex: exact bytes)
+//! mcp-bridge answers cache, format 3      (MAGIC: the bridge wrote it)
+//! key 0000002a /run/a.sock\0p\0...       (the key's length in hex, the key)
 //! server 1000                             (who served it: a uid, a SID)
 //! trust default                           (the trust rule it was kept under)
 //!                                         (an empty line)
@@ -20,7 +20,7 @@ use crate::envelope::json::member;
 
 /// The first line of every answer file: the format, and the proof that the
 /// bridge wrote it (the only files it ever removes or replaces start so).
-pub(super) const MAGIC: &[u8] = b"mcp-bridge answers cache, format 2\n";
+pub(super) const MAGIC: &[u8] = b"mcp-bridge answers cache, format 3\n";
 
 /// Deepest nesting of a result accepted: deeper than any app's answer, and
 /// shallow enough for the recursive check to stay well within a stack.
@@ -72,11 +72,14 @@ pub(super) fn write(
 /// How the answer file of `key` starts: up to its server.
 fn header(key: &[u8]) -> Vec<u8> {
     let mut text = MAGIC.to_vec();
+    // The key once, as it is (its length first: it holds NULs and any
+    // byte of the endpoint's).
     text.extend_from_slice(b"key ");
-    for &b in key {
-        text.push(HEX[usize::from(b >> 4)]);
-        text.push(HEX[usize::from(b & 15)]);
+    for digit in (0..8).rev() {
+        text.push(HEX[(key.len() >> (4 * digit)) & 15]);
     }
+    text.push(b' ');
+    text.extend_from_slice(key);
     text.extend_from_slice(b"\nserver ");
     text
 }
@@ -122,21 +125,24 @@ pub(super) fn read<'a>(text: &'a [u8], key: &[u8]) -> Read<'a> {
 /// written in.
 pub(super) const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// `result` as the bridge serves it for the absent app: a 2026-07-28
-/// result's `ttlMs` is 0, so that no client keeps it as fresh (an absent
-/// `ttlMs` already means 0); everything else, `cacheScope` included, as
-/// the app said it.
-pub(super) fn served(result: &[u8]) -> Vec<u8> {
+/// `result` as the bridge serves it for the absent app, kept `age`
+/// milliseconds ago: a 2026-07-28 result's `ttlMs` is what is left of it
+/// (0 once it is stale: then `true`), so that no client keeps it as fresh
+/// longer than the app said (an absent `ttlMs` already means 0);
+/// everything else, `cacheScope` included, as the app said it.
+pub(super) fn served(result: &[u8], age: u64) -> (Vec<u8>, bool) {
     match member(result, "ttlMs") {
         Some(ttl) => {
+            let kept = std::str::from_utf8(ttl).ok().and_then(|t| t.parse().ok());
+            let left = kept.unwrap_or(0u64).saturating_sub(age);
             let at = ttl.as_ptr() as usize - result.as_ptr() as usize;
             let (head, rest) = (result.get(..at), result.get(at + ttl.len()..));
             let mut served = head.unwrap_or_default().to_vec();
-            served.push(b'0');
+            served.extend_from_slice(left.to_string().as_bytes());
             served.extend_from_slice(rest.unwrap_or_default());
-            served
+            (served, left == 0)
         }
-        None => result.to_vec(),
+        None => (result.to_vec(), false),
     }
 }
 

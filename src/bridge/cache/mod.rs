@@ -39,8 +39,10 @@
 //!   complete JSON object when it is stored and again when it is read (a
 //!   damaged entry is discarded and said once on stderr); the envelope and
 //!   the id are always the bridge's. A 2026-07-28 result is served with
-//!   `ttlMs: 0` (its `cacheScope` kept), so no client keeps a stale answer
-//!   as fresh. A newer answer that cannot be kept (an error, too long)
+//!   what is left of its `ttlMs` since it was kept (the file's
+//!   modification time; its `cacheScope` kept), and a stale one with
+//!   `ttlMs: 0`, said stale on stderr (once a session), so no client keeps
+//!   a stale answer as fresh. A newer answer that cannot be kept (an error, too long)
 //!   removes the older one. Every answer given from here is said on
 //!   stderr (once a session) and in the traffic log.
 //! - **What is touched.** The directory is opened once, not through a
@@ -48,12 +50,16 @@
 //!   are read, written (with `fsync` before the rename) and removed through
 //!   it, never by path (only the listing of names for the bound goes by
 //!   path: see `unix.rs`). A file is removed or replaced only when it is
-//!   provably the bridge's: its name is [`PREFIX`]`<16 hex>`[`SUFFIX`],
+//!   provably the bridge's: its name is [`PREFIX`]`<16 hex>` and a kind's
+//!   suffix (`.answer`, `.page`),
 //!   it is a regular file of ours (not followed through a link), and it
 //!   starts with the bridge's own header ([`entry::MAGIC`]). A
 //!   `--cache-dir` that holds other files loses none of them.
-//! - At most [`FILE_LIMIT`] answers in the directory (the oldest go), each
-//!   result at most [`VALUE_LIMIT`]; a cache that cannot be used is said
+//! - Two kinds of file with budgets of their own ([`KINDS`]): the
+//!   `initialize` and `server/discover` answers, never evicted by list
+//!   pages, and the pages; [`BYTES_LIMIT`] in all (the oldest of a kind
+//!   go), each result at most [`VALUE_LIMIT`], each key at most
+//!   [`KEY_LIMIT`]; a cache that cannot be used is said
 //!   once on stderr, and the session goes on without it; deleting the
 //!   directory clears it; `--no-cache` turns it off.
 //!
@@ -61,7 +67,8 @@
 //! `unix.rs` and `windows.rs` give the same small interface: the user's
 //! cache directory (`user_cache_dir`), the endpoint's exact bytes in its
 //! absolute, resolved form (`endpoint_bytes`), and a held directory (`Dir`) with `open(path, create)`,
-//! `read(name, limit)` (a regular file of ours, not through a link),
+//! `read_aged(name, limit)` (a regular file of ours, not through a link,
+//! and its age),
 //! `write(name, text)` (whole, synced, renamed; never over a file that is
 //! not ours), `remove(name)` (only a file of ours that starts with
 //! [`entry::MAGIC`]) and `files()` (the bridge's answer files, with their
@@ -92,10 +99,26 @@ use entry::Read;
 /// with long `instructions` a few KiB; a page of tools some tens of KiB.
 pub const VALUE_LIMIT: usize = 64 * 1024;
 
-/// Most answer files kept in the directory: a few per endpoint and project
-/// in use (an `initialize` per protocol version, a `server/discover`, a
-/// page or two of each list), for a few dozen of them: 16 MiB at most.
+/// Longest key kept (the endpoint, project, requester and the request's
+/// parts): a longer one (a 100 KiB cursor) is not kept.
+pub const KEY_LIMIT: usize = 64 * 1024;
+
+/// Two kinds of file, each with a budget of its own, so that no catalog of
+/// list pages ever evicts what the cache exists to keep: the answers
+/// (`initialize`, `server/discover`: a few per endpoint and project in
+/// use) and the list pages. Per kind: its suffix, most files, most bytes;
+/// 16 MiB in all, enforced after every write (the oldest go).
+const KINDS: [(&str, usize, u64); 2] = [
+    (".answer", FILE_LIMIT, BYTES_LIMIT / 4),
+    (".page", FILE_LIMIT, BYTES_LIMIT - BYTES_LIMIT / 4),
+];
+
+/// Most answer files of one kind kept in the directory.
 pub const FILE_LIMIT: usize = 256;
+
+/// Most bytes of answer files kept in the directory, both kinds together:
+/// 4 MiB of answers, 12 MiB of pages.
+pub const BYTES_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// The lists kept, as their `method` is written (raw JSON).
 const LISTS: [&str; 4] = [
@@ -105,9 +128,8 @@ const LISTS: [&str; 4] = [
     "\"resources/templates/list\"",
 ];
 
-/// How every answer file's name starts, and ends.
+/// How every answer file's name starts.
 const PREFIX: &str = "mcpb-";
-const SUFFIX: &str = ".answer";
 
 /// Where the cache lives unless told otherwise: the platform's per-user
 /// cache directory, `mcp-bridge` in it (`$XDG_CACHE_HOME/mcp-bridge` or
@@ -138,6 +160,7 @@ pub(in crate::bridge) struct Cache {
     /// Said on stderr already: an answer given, an entry passed over.
     said_answered: bool,
     said_passed_over: bool,
+    said_stale: bool,
 }
 
 impl Cache {
@@ -204,9 +227,9 @@ impl Cache {
 
     /// The answer kept under `key` for `request`, said as given.
     fn lookup(&mut self, request: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-        let name = file_name(key);
-        let text = match self.dir(false)?.read(&name, file_limit(key)) {
-            Ok(text) => text,
+        let name = file_name(&self.base, key);
+        let (text, age) = match self.dir(false)?.read_aged(&name, file_limit(key)) {
+            Ok(read) => read,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
                 self.pass_over(&name, &e, "");
@@ -243,7 +266,18 @@ impl Cache {
             (Some(log), true) => log.event(format_args!("{}", said)),
             (None, true) => {}
         }
-        Some(entry::served(result))
+        // Fresh for what is left of the app's `ttlMs` since it was kept
+        // (the file's modification time); a stale one is still given while
+        // the app is away (the spec lets a client do so while re-fetching
+        // fails), with `ttlMs` 0, and said stale, once a session.
+        let (served, stale) = entry::served(result, age);
+        if stale && !std::mem::replace(&mut self.said_stale, true) {
+            let said = "an answer from the answers cache is stale (kept longer ago than the \
+                        app's ttlMs): given as the app's last answer while it is away, with \
+                        ttlMs 0";
+            super::say(self.log.as_ref(), said);
+        }
+        Some(served)
     }
 
     /// The app answered `request` with `result` (none: an error, or a
@@ -268,7 +302,7 @@ impl Cache {
 
     /// Keeps `result` under `key`, or removes the older answer (`None`).
     fn store(&mut self, key: &[u8], result: Option<&[u8]>) {
-        let name = file_name(key);
+        let name = file_name(&self.base, key);
         let kept = match (result, &self.server) {
             (Some(result), Some(server)) if entry::keeps(result) => {
                 Some(entry::write(key, server, self.trusted.as_ref(), result))
@@ -280,7 +314,6 @@ impl Cache {
             None => return,
         };
         let done = match &kept {
-            Some(text) if dir.read(&name, text.len()).ok().as_ref() == Some(text) => Ok(()),
             Some(text) => dir.write(&name, text).map(|()| prune(dir)),
             None => dir.remove(&name).map(drop),
         };
@@ -383,12 +416,16 @@ fn key(base: &[u8], request: &[u8]) -> Option<Vec<u8>> {
         key.push(0);
         key.extend_from_slice(part);
     }
+    // (With the requester's bytes, for a private answer: counted here too.)
+    if key.len() > KEY_LIMIT - 1024 {
+        return None;
+    }
     Some(key)
 }
 
-/// The answer file of `key`: [`PREFIX`], its FNV-1a hash, [`SUFFIX`] (the
-/// file repeats the key in full, so a collision is a miss).
-fn file_name(key: &[u8]) -> String {
+/// The answer file of `key`: [`PREFIX`], its FNV-1a hash, its kind's
+/// suffix (the file repeats the key in full, so a collision is a miss).
+fn file_name(base: &[u8], key: &[u8]) -> String {
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
     for &b in key {
         hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
@@ -397,38 +434,54 @@ fn file_name(key: &[u8]) -> String {
     for digit in (0..16).rev() {
         name.push(char::from(entry::HEX[(hash >> (4 * digit)) as usize & 15]));
     }
-    name + SUFFIX
+    // The method follows the base (whose bytes may hold NULs: a pipe's
+    // UTF-16 name on Windows).
+    let method = key.get(base.len() + 1..).unwrap_or_default();
+    let page = LISTS
+        .iter()
+        .any(|list| method.starts_with(list.as_bytes()) && method.get(list.len()) == Some(&0));
+    name + KINDS[usize::from(page)].0
+}
+
+/// The kind (an index in [`KINDS`]) of the answer file `name`, if it is
+/// one (see [`file_name`]).
+fn kind_of(name: &str) -> Option<usize> {
+    let hex = name.strip_prefix(PREFIX)?;
+    let ok = hex.len() > 16 && hex.bytes().take(16).all(|b| b.is_ascii_hexdigit());
+    KINDS.iter().position(|kind| ok && &hex[16..] == kind.0)
 }
 
 /// Whether `name` is an answer file's (see [`file_name`]).
 fn is_answer_file(name: &str) -> bool {
-    name.len() == PREFIX.len() + 16 + SUFFIX.len()
-        && name.starts_with(PREFIX)
-        && name.ends_with(SUFFIX)
-        && name
-            .bytes()
-            .skip(PREFIX.len())
-            .take(16)
-            .all(|b| b.is_ascii_hexdigit())
+    kind_of(name).is_some()
 }
 
-/// The most bytes an answer file of `key` holds: its header (the key in
-/// hex, the server) and a result.
+/// The most bytes an answer file of `key` holds: its header (the key
+/// once, the server) and a result.
 fn file_limit(key: &[u8]) -> usize {
-    entry::MAGIC.len() + 2 * key.len() + 512 + VALUE_LIMIT
+    entry::MAGIC.len() + key.len() + 512 + VALUE_LIMIT
 }
 
-/// Removes the oldest answer files beyond [`FILE_LIMIT`] (best effort:
-/// another bridge may be at it too).
+/// Removes the oldest answer files of each kind beyond its count or its
+/// bytes (see [`KINDS`]; best effort: another bridge may be at it too).
 fn prune(dir: &platform::Dir) {
-    let mut files = dir.files();
-    // The oldest go one at a time, found by a scan: a save adds one file,
-    // so there is one to remove, rarely more, and a sort's code is 4 KB.
-    while files.len() > FILE_LIMIT {
-        let oldest = files.iter().enumerate().min_by(|a, b| a.1.cmp(b.1));
-        if let Some((oldest, _)) = oldest {
-            let (_, name) = files.swap_remove(oldest);
-            let _ = dir.remove(&name);
+    let all = dir.files();
+    for (kind, &(_, count, bytes)) in KINDS.iter().enumerate() {
+        let mut files: Vec<_> = all
+            .iter()
+            .filter(|file| kind_of(&file.2) == Some(kind))
+            .collect();
+        let mut total: u64 = files.iter().map(|file| file.1).sum();
+        // The oldest go one at a time, found by a scan: a save adds one
+        // file, so there is one to remove, rarely more, and a sort's code
+        // is 4 KB.
+        while files.len() > count || total > bytes {
+            let oldest = files.iter().enumerate().min_by(|a, b| a.1 .0.cmp(&b.1 .0));
+            if let Some((oldest, _)) = oldest {
+                let file = files.swap_remove(oldest);
+                total -= file.1;
+                let _ = dir.remove(&file.2);
+            }
         }
     }
 }

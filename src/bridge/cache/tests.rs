@@ -124,14 +124,25 @@ fn only_one_complete_json_object_is_a_result() {
 }
 
 #[test]
-fn a_served_result_has_ttl_zero_and_keeps_its_scope() {
+fn a_served_result_has_what_is_left_of_its_ttl_and_keeps_its_scope() {
+    let result = br#"{"tools":[],"ttlMs":60000,"cacheScope":"public"}"#;
     assert_eq!(
-        entry::served(br#"{"tools":[],"ttlMs":60000,"cacheScope":"public"}"#),
-        br#"{"tools":[],"ttlMs":0,"cacheScope":"public"}"#.to_vec()
+        entry::served(result, 1500),
+        (
+            br#"{"tools":[],"ttlMs":58500,"cacheScope":"public"}"#.to_vec(),
+            false
+        )
     );
     assert_eq!(
-        entry::served(br#"{"tools":[]}"#),
-        br#"{"tools":[]}"#.to_vec()
+        entry::served(result, 60000),
+        (
+            br#"{"tools":[],"ttlMs":0,"cacheScope":"public"}"#.to_vec(),
+            true
+        )
+    );
+    assert_eq!(
+        entry::served(br#"{"tools":[]}"#, 5),
+        (br#"{"tools":[]}"#.to_vec(), false)
     );
 }
 
@@ -151,5 +162,28 @@ fn retries_and_interim_results_are_not_kept() {
     assert_eq!(cache.answer(&list), None);
     cache.learn(&list, Some(br#"{"resultType":"complete","tools":[]}"#));
     assert!(cache.answer(&list).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_key_over_its_limit_is_not_kept_and_pages_are_their_own_kind() {
+    let dir = dir();
+    let mut cache = cache(&dir);
+    let long = format!(
+        r#"{{"id":1,"method":"tools/list","params":{{"cursor":"{}"}}}}"#,
+        "c".repeat(KEY_LIMIT)
+    );
+    cache.learn(&request(&long), Some(br#"{"tools":[]}"#));
+    assert_eq!(cache.answer(&request(&long)), None);
+    let page = request(r#"{"id":1,"method":"tools/list","params":{"cursor":"2"}}"#);
+    cache.learn(&page, Some(br#"{"tools":[]}"#));
+    cache.learn(&initialize("2025-06-18"), Some(b"{}"));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort_by_key(|name| name.ends_with(".page"));
+    assert_eq!(names.len(), 2, "{:?}", names);
+    assert!(names[0].ends_with(".answer") && names[1].ends_with(".page"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,12 +27,13 @@
 //! unlinked. The directory is ours and no one else can write it, so only
 //! our own user could swap a file in that last moment.
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
@@ -110,7 +111,7 @@ impl Dir {
     /// Opens `name` for reading: a regular file of ours, not through a
     /// link, without blocking (a FIFO put there fails at once instead of
     /// hanging us). Its status with it.
-    fn open_file(&self, name: &str) -> io::Result<(OwnedFd, Stat)> {
+    fn open_file(&self, name: &CStr) -> io::Result<(OwnedFd, Stat)> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
         let file = rustix::fs::openat(&self.0, name, flags, Mode::empty())?;
         let stat = rustix::fs::fstat(&file)?;
@@ -120,14 +121,23 @@ impl Dir {
         Ok((file, stat))
     }
 
-    /// Reads the file `name`, at most `limit` bytes.
-    pub(super) fn read(&self, name: &str, limit: usize) -> io::Result<Vec<u8>> {
-        read_to_limit(self.open_file(name)?.0, limit)
+    /// Reads the file `name`, at most `limit` bytes, and how long ago it
+    /// was written (milliseconds; 0 if in the future).
+    pub(super) fn read_aged(&self, name: &str, limit: usize) -> io::Result<(Vec<u8>, u64)> {
+        let (file, stat) = self.open_file(&c(name.as_bytes())?)?;
+        // (The fields' types differ between systems.)
+        #[allow(clippy::unnecessary_cast)]
+        let written = Duration::new(stat.st_mtime as u64, stat.st_mtime_nsec as u32);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let age = now.saturating_sub(written).as_millis() as u64;
+        Ok((read_to_limit(file, limit)?, age))
     }
 
     /// Whether `name` is a file the bridge wrote: its device and inode
     /// then. `NotFound` when there is none.
-    fn ours(&self, name: &str) -> io::Result<Option<(u64, u64)>> {
+    fn ours(&self, name: &CStr) -> io::Result<Option<(u64, u64)>> {
         let (file, stat) = match self.open_file(name) {
             Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok(None),
@@ -143,6 +153,12 @@ impl Dir {
     /// Removes `name` if it is a file the bridge wrote (see the module
     /// docs): whether it did.
     pub(super) fn remove(&self, name: &str) -> io::Result<bool> {
+        self.remove_c(&c(name.as_bytes())?)
+    }
+
+    /// [`Dir::remove`], of a name made a C string once (rustix would make
+    /// one at every call, in code of its own at each).
+    fn remove_c(&self, name: &CStr) -> io::Result<bool> {
         let id = match self.ours(name) {
             Ok(Some(id)) => id,
             Ok(None) => return Ok(false),
@@ -161,6 +177,15 @@ impl Dir {
     /// renamed over it, all in the directory held. A file there that the
     /// bridge did not write is left as it is, and the write fails.
     pub(super) fn write(&self, name: &str, text: &[u8]) -> io::Result<()> {
+        let temporary = {
+            let mut temporary = String::from(".");
+            temporary.push_str(name);
+            temporary.push('.');
+            temporary.push_str(&std::process::id().to_string());
+            temporary.push_str(".tmp");
+            c(temporary.as_bytes())?
+        };
+        let name = &c(name.as_bytes())?;
         match self.ours(name) {
             Ok(Some(_)) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -171,9 +196,8 @@ impl Dir {
             }
             Err(e) => return Err(e),
         }
-        let temporary = format!(".{}.{}.tmp", name, std::process::id());
         // One a bridge with our pid left behind, if any.
-        self.remove(&temporary)?;
+        self.remove_c(&temporary)?;
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let written = rustix::fs::openat(&self.0, &temporary, flags, Mode::RUSR | Mode::WUSR)
@@ -197,8 +221,9 @@ impl Dir {
     }
 
     /// The bridge's answer files (by name, see `super::is_answer_file`)
-    /// that are regular files of ours, with their modification times.
-    pub(super) fn files(&self) -> Vec<((i64, i64), String)> {
+    /// that are regular files of ours: their modification times, sizes
+    /// and names.
+    pub(super) fn files(&self) -> Vec<((i64, i64), u64, String)> {
         let mut files = Vec::new();
         let entries = match std::fs::read_dir(&self.1) {
             Ok(entries) => entries,
@@ -209,11 +234,11 @@ impl Dir {
                 Ok(name) if super::is_answer_file(&name) => name,
                 _ => continue,
             };
-            if let Ok((_, stat)) = self.open_file(&name) {
+            if let Ok((_, stat)) = c(name.as_bytes()).and_then(|c| self.open_file(&c)) {
                 // (The fields' types differ between systems.)
                 #[allow(clippy::unnecessary_cast)]
                 let modified = (stat.st_mtime as i64, stat.st_mtime_nsec as i64);
-                files.push((modified, name));
+                files.push((modified, stat.st_size as u64, name));
             }
         }
         files
@@ -235,8 +260,10 @@ fn walk(
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let mut dir = match from {
         Some(dir) if !path.starts_with(b"/") => dir,
-        _ if path.starts_with(b"/") => rustix::fs::openat(CWD, "/", flags, Mode::empty())?,
-        _ => rustix::fs::openat(CWD, ".", flags, Mode::empty())?,
+        _ if path.starts_with(b"/") => {
+            rustix::fs::openat(CWD, rustix::cstr!("/"), flags, Mode::empty())?
+        }
+        _ => rustix::fs::openat(CWD, rustix::cstr!("."), flags, Mode::empty())?,
     };
     let mut names = path
         .split(|&b| b == b'/')
@@ -244,7 +271,7 @@ fn walk(
         .peekable();
     while let Some(name) = names.next() {
         let last = last && names.peek().is_none();
-        dir = step(dir, OsStr::from_bytes(name), create, last, links)?;
+        dir = step(dir, &c(name)?, create, last, links)?;
     }
     Ok(dir)
 }
@@ -254,7 +281,7 @@ fn walk(
 /// `last` name.
 fn step(
     dir: OwnedFd,
-    name: &OsStr,
+    name: &CStr,
     create: bool,
     last: bool,
     links: &mut usize,
@@ -276,7 +303,7 @@ fn step(
     if facts.others_can_change(entry.st_uid) {
         // (Put together without `format!`: the bridge-only build is sized.)
         let mut why = String::from("another user can change '");
-        why.push_str(&name.to_string_lossy());
+        why.push_str(&OsStr::from_bytes(name.to_bytes()).to_string_lossy());
         why.push_str("' on the way to it (a link or a directory of theirs, or in a directory others can write)");
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }
@@ -297,6 +324,11 @@ fn step(
             "it is not a directory (or it is a symbolic link to one)",
         )),
     }
+}
+
+/// `name` as a C string (an error if it holds a NUL).
+fn c(name: &[u8]) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
 /// A file's device and inode: which file it is.

@@ -125,6 +125,17 @@ impl Dir {
         Ok(text)
     }
 
+    /// Reads the file `name`, at most `limit` bytes, and how long ago it
+    /// was written (milliseconds; 0 if in the future).
+    pub(super) fn read_aged(&self, name: &str, limit: usize) -> io::Result<(Vec<u8>, u64)> {
+        let file = self.open_file(name)?;
+        let written = file.metadata()?.modified()?;
+        let age = written.elapsed().unwrap_or_default().as_millis() as u64;
+        let mut text = Vec::new();
+        file.take(limit as u64).read_to_end(&mut text)?;
+        Ok((text, age))
+    }
+
     /// Whether `name` is a file the bridge wrote. `NotFound` when there is
     /// none.
     fn ours(&self, name: &str) -> io::Result<bool> {
@@ -182,8 +193,9 @@ impl Dir {
     }
 
     /// The bridge's answer files (by name, see `super::is_answer_file`)
-    /// that are regular files of ours, with their modification times.
-    pub(super) fn files(&self) -> Vec<((i64, i64), String)> {
+    /// that are regular files of ours: their modification times, sizes
+    /// and names.
+    pub(super) fn files(&self) -> Vec<((i64, i64), u64, String)> {
         let mut files = Vec::new();
         let entries = match fs::read_dir(&self.path) {
             Ok(entries) => entries,
@@ -196,7 +208,7 @@ impl Dir {
             };
             if let Ok(meta) = self.open_file(&name).and_then(|f| f.metadata()) {
                 // 100 ns intervals since 1601: only their order matters.
-                files.push(((meta.last_write_time() as i64, 0), name));
+                files.push(((meta.last_write_time() as i64, 0), meta.len(), name));
             }
         }
         files
