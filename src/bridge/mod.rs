@@ -10,14 +10,25 @@
 //! It reads each message's JSON-RPC envelope as it passes (never changing a
 //! byte) so that when the app cannot be reached, refuses, or restarts, the
 //! client is told why in the protocol and the session is carried over:
-//! `session.rs` has the whole story (the state machine), `outage.rs` its
-//! rules and bounds, `ledger/` everything the traffic teaches (requests in
+//! `session.rs` has the whole story (the state machine, as a shell that
+//! awaits), `engine.rs` its decisions (each a handler taking `now`),
+//! `outage.rs` its rules and bounds, `ledger/` everything the traffic teaches (requests in
 //! flight, the session to replay, and, in `ledger/resume.rs`, what a new
 //! instance is given), `client.rs` and `app.rs` each side's lines (handed
 //! their bytes: they never read), `online.rs` the relaying and the reads,
 //! `answer.rs` the bridge's own words, `cache/` the app's last answers. `--no-reconnect` is `plain.rs`, a plain relay. stdout carries
 //! relayed bytes and those whole-line error responses only; every
 //! diagnostic is a [`BridgeError`] for the caller to print on stderr.
+//!
+//! The rooms: the **core** (`engine.rs`, `ledger/`, `client.rs`, `app.rs`,
+//! `outage.rs`, `answer.rs`, `answers.rs`) never awaits, never reads the
+//! clock, never writes: it is handed bytes, ends and times, and says what
+//! follows (`.ci/core-check.sh` holds its files to naming no async I/O, no
+//! clock and no file). The **shell** (`session.rs`, `online.rs`) never
+//! decides what a line is: it reads, writes, waits and feeds the core.
+//! The ledger's state changes only through its methods. Not there yet
+//! (issue 41, step 5): the relay's own decisions (taking the session back,
+//! the drains) are still made in `online.rs`, in the order of its races.
 
 use std::fmt;
 use std::future::Future;
@@ -34,6 +45,7 @@ mod answers;
 mod app;
 mod cache;
 mod client;
+mod engine;
 mod ledger;
 mod online;
 mod outage;

@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn a_rejection_stands_until_the_outage_ends() {
         let bounds = Bounds::default();
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut outage = Outage::new(now, Some(1), &bounds, now);
         outage.not_taken_back("late".into(), false);
         assert!(!outage.rejected);
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn a_new_instance_has_until_the_deadline_the_dying_one_a_few_seconds() {
         let bounds = Bounds::default();
-        let now = Instant::now();
+        let now = crate::clock::now();
         let deadline = now + Duration::from_secs(30);
         let outage = Outage::new(deadline, Some(1), &bounds, now);
         assert_eq!(outage.patience(Some(2), &bounds, now), deadline);

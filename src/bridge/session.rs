@@ -44,11 +44,11 @@ use super::answer::{Answer, Reason};
 use super::answers::Answers;
 use super::app::AppSide;
 use super::client::{ClientSide, Refusals};
+use super::engine::{Absence, Engine, Failure, HungUp, Origin};
 use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
-use super::outage::{Bounds, Ended, History, Meaning, Outage};
+use super::outage::{Ended, Outage};
 use super::{say, say_args, BridgeError, Config, Connected, Connector};
-use crate::endpoint::{FIRST_RETRY, LAST_RETRY};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{Direction, LineTap, TrafficLog};
@@ -68,43 +68,6 @@ enum Phase<AR, AW> {
     Done(Ending),
 }
 
-/// Where the session was when it reached an instance: what becomes of it
-/// if the instance does not take the session back.
-enum Origin {
-    /// The first contact.
-    Connecting,
-    /// An outage, which the instance is to end.
-    Outage(Outage),
-    /// No app: it has a few seconds to take the session, and the session is
-    /// absent again if it does not.
-    Absent(Absence),
-}
-
-/// Why there is no app, and what requests are answered with meanwhile.
-struct Absence {
-    answer: Rc<Answer>,
-    /// What the session ends with if stdin closes first.
-    error: BridgeError,
-    /// The app turned the client away: looked for again less often.
-    refused: bool,
-    /// Said on stderr already.
-    said: bool,
-    /// An instance was reached since (said once too).
-    reached: bool,
-}
-
-impl Absence {
-    /// Whether the cache may answer for the app: only when it is not there
-    /// (not running, restarting); a refusal, an untrusted server or a crash
-    /// loop gets its error.
-    fn answered_for(&self) -> bool {
-        matches!(
-            self.answer.reason,
-            Reason::AppNotRunning | Reason::AppRestarting
-        )
-    }
-}
-
 /// The outcome of running something while holding the client's lines.
 enum Held<T> {
     Done(T),
@@ -116,10 +79,6 @@ enum Held<T> {
 /// attempt to reach the app, or a pause (`None` at its end). One type for
 /// both, so that [`Io::hold`] is compiled once.
 type Waited<AR, AW> = Option<Result<Connected<AR, AW>, BridgeError>>;
-
-/// The longest pause between two looks for an app that refuses the client
-/// or is served by another user: each look is a connection it sees.
-const REFUSED_LOOK_CAP: Duration = Duration::from_secs(30);
 
 /// The session's I/O and what it knows, apart from the connector, so that
 /// a connection attempt (which borrows the connector) can run while stdin
@@ -142,16 +101,10 @@ pub(super) struct Session<'a, R, W, C> {
     config: &'a Config,
     connector: C,
     io: Io<'a, R, W>,
-    history: History,
     /// Attempts to reach the app so far, for the log.
     attempts: u32,
-    /// The app was reached at least once.
-    reached: bool,
-    /// An instance served (answered the client, or stayed up).
-    served_once: bool,
-    /// When the session started.
-    started: Instant,
-    pub(super) bounds: Bounds,
+    /// What the session knows and decides.
+    pub(super) engine: Engine,
 }
 
 impl<'a, R, W, C> Session<'a, R, W, C>
@@ -198,12 +151,8 @@ where
                 up_tap: log.map(|log| log.tap(Direction::CliToApp)),
                 down_tap: log.map(|log| log.tap(Direction::AppToCli)),
             },
-            history: History::default(),
             attempts: 0,
-            reached: false,
-            served_once: false,
-            started: clock::now(),
-            bounds: Bounds::default(),
+            engine: Engine::new(config, clock::now()),
         }
     }
 
@@ -226,31 +175,28 @@ where
     /// is made before stdin is read, so that a client's first request finds
     /// the app known to be there or not (and the cache may answer for it).
     async fn connecting(&mut self) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
-        let deadline = clock::now() + self.config.connect_timeout;
-        let mut pause = FIRST_RETRY;
-        let mut last: Option<BridgeError>;
+        let mut connecting = self.engine.connecting(clock::now());
         loop {
-            let budget = deadline.saturating_duration_since(clock::now());
-            match self.reach(false, budget).await? {
+            let budget = connecting.budget(clock::now());
+            let error = match self.reach(false, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
                 Held::Done(Ok(connected)) => {
                     return Ok(Phase::Online(connected, Origin::Connecting))
                 }
-                Held::Done(Err(e)) if heals(&e) => {
-                    self.io.ledger.borrow_mut().set_app_absent(true);
-                    last = Some(e);
-                }
-                Held::Done(Err(e)) => return Ok(Phase::Absent(self.absence(e))),
+                Held::Done(Err(e)) => e,
+            };
+            let failure = failure(&error);
+            if !failure.heals {
+                return Ok(self.absent_because(error, failure.reason));
             }
-            let left = deadline.saturating_duration_since(clock::now());
-            if left.is_zero() {
-                let error = last.take().expect("an attempt failed");
-                return Ok(Phase::Absent(self.absence(error)));
-            }
-            if let Held::Eof = self.pause(pause.min(left)).await? {
+            self.io.ledger.borrow_mut().set_app_absent(true);
+            let pause = match connecting.on_connect_failed(clock::now()) {
+                Some(pause) => pause,
+                None => return Ok(self.absent_because(error, failure.reason)),
+            };
+            if let Held::Eof = self.pause(pause).await? {
                 return self.io.end_on_eof().await;
             }
-            pause = (pause * 2).min(LAST_RETRY);
         }
     }
 
@@ -270,18 +216,13 @@ where
         if let Some(server) = server {
             self.io.ledger.borrow_mut().answers().served_by(server);
         }
-        let resumed = !matches!(origin, Origin::Connecting)
-            || self.reached
-            || self.io.ledger.borrow().has_session();
-        self.reached = true;
+        let has_session = self.io.ledger.borrow().has_session();
+        let (resumed, patience) =
+            self.engine
+                .on_connected(&origin, instance, has_session, clock::now());
         // There is an app: the cache answers for it no longer.
         self.io.ledger.borrow_mut().set_app_absent(false);
         let (preamble, taking_back) = self.io.ledger.borrow_mut().start_instance(resumed);
-        let patience = match &origin {
-            Origin::Outage(outage) => outage.patience(instance, &self.bounds, clock::now()),
-            Origin::Connecting => clock::now() + self.config.reconnect_timeout,
-            Origin::Absent(_) => clock::now() + self.bounds.reply_timeout,
-        };
         // An instance reached while the app was absent has yet to take the
         // session: until it does, requests are still answered at once, and
         // the end of the absence is said when it has.
@@ -359,7 +300,8 @@ where
                         Ok(Phase::Resuming(outage))
                     }
                     Origin::Connecting => {
-                        let mut outage = self.new_outage(instance);
+                        let now = clock::now();
+                        let mut outage = self.engine.on_first_not_taken_back(instance, now);
                         outage.not_taken_back(why, said_no);
                         Ok(Phase::Resuming(outage))
                     }
@@ -387,13 +329,11 @@ where
         if let Some(log) = self.io.log {
             log.app_hung_up();
         }
-        if !app.at_boundary() {
-            // The app died mid-line: end that line, so what the bridge
-            // writes next is a line of its own.
-            self.io.write_out(b"\n").await?;
-        }
         let ended = {
             let mut ledger = self.io.ledger.borrow_mut();
+            if !app.at_boundary() {
+                ledger.owe_client_line_end();
+            }
             if app.reset {
                 self.io.client.unread_last(&mut ledger);
             }
@@ -412,51 +352,19 @@ where
             }
         };
         self.io.write_owed().await?;
-        let endpoint = self.config.endpoint.clone();
-        match self.history.hung_up(&ended, &self.bounds) {
-            Meaning::Refused(reason) => {
-                let error = BridgeError::Refused { endpoint, reason };
-                Ok(Phase::Absent(self.absence(error)))
-            }
-            Meaning::CrashLoop(instances) => {
-                let error = BridgeError::CrashLoop {
-                    endpoint,
-                    instances,
-                };
-                Ok(Phase::Absent(self.absence(error)))
-            }
-            Meaning::Restart { .. } if self.io.ledger.borrow().too_long_to_replay() => {
-                let error = BridgeError::Resume {
-                    endpoint,
-                    reason: format!(
-                        "the client's initialize is longer than {} KiB, too long to replay",
-                        super::HOLD_LIMIT / 1024
-                    ),
-                };
-                Ok(Phase::Absent(
-                    self.absence_because(error, Reason::TooLongToReplay),
-                ))
-            }
-            Meaning::Silent { new } => {
-                let mut outage = match outage {
-                    Some(outage) if !new => outage,
-                    _ => self.new_outage(instance),
-                };
-                outage.silent = true;
-                outage.last_failure =
-                    Some("the app accepted the connection and closed it without a word".into());
+        let too_long = self.io.ledger.borrow().too_long_to_replay();
+        let hung_up = self
+            .engine
+            .on_app_closed(&ended, outage, instance, too_long, clock::now());
+        match hung_up {
+            HungUp::Absent(absence) => Ok(self.absent_with(absence)),
+            HungUp::Silent(outage) => {
                 if let Some(log) = self.io.log {
                     log.event(format_args!("the app closed the connection without a word"));
                 }
                 Ok(Phase::Resuming(outage))
             }
-            Meaning::Restart { new } => {
-                let served = ended.answered || ended.lasted >= self.bounds.stayed_up;
-                self.served_once |= served;
-                let outage = match outage {
-                    Some(outage) if !new && !served => outage,
-                    _ => self.new_outage(instance),
-                };
+            HungUp::Restart(outage) => {
                 say_args(
                     self.io.log,
                     format_args!(
@@ -471,20 +379,6 @@ where
         }
     }
 
-    /// An outage from now: `--reconnect-timeout` long once an instance has
-    /// served, the rest of `--connect-timeout` before (and never less than
-    /// a second, for one more look).
-    fn new_outage(&self, gone: super::outage::Instance) -> Outage {
-        let now = clock::now();
-        let deadline = match self.served_once {
-            true => now + self.config.reconnect_timeout,
-            false => (self.started + self.config.connect_timeout)
-                .max(now + self.bounds.look_interval)
-                .min(now + self.config.reconnect_timeout),
-        };
-        Outage::new(deadline, gone, &self.bounds, clock::now())
-    }
-
     /// Looks for an instance to take the session back, holding the
     /// client's lines, until the outage's deadline.
     async fn resuming(
@@ -492,36 +386,10 @@ where
         mut outage: Outage,
     ) -> Result<Phase<C::Reader, C::Writer>, BridgeError> {
         loop {
-            let left = outage.deadline.saturating_duration_since(clock::now());
-            if left.is_zero() {
-                let reason = match outage.last_failure.take() {
-                    Some(reason) => reason,
-                    None => "it did not come back".into(),
-                };
-                let error = BridgeError::Resume {
-                    endpoint: self.config.endpoint.clone(),
-                    reason: format!(
-                        "{} (gave up {}s after the hang-up)",
-                        reason,
-                        // Rounded: the deadline was set a moment after the hang-up.
-                        (outage
-                            .deadline
-                            .saturating_duration_since(outage.since)
-                            .as_millis()
-                            + 500)
-                            / 1000
-                    ),
-                };
-                let why = if outage.rejected {
-                    Reason::ResumeRejected
-                } else if outage.silent {
-                    Reason::AppClosedSilently
-                } else {
-                    Reason::AppNotRunning
-                };
-                return Ok(Phase::Absent(self.absence_because(error, why)));
+            if let Some(absence) = self.engine.on_outage_timeout(&mut outage, clock::now()) {
+                return Ok(self.absent_with(absence));
             }
-            let pause = outage.next_pause(&self.bounds, clock::now());
+            let pause = outage.next_pause(&self.engine.bounds, clock::now());
             if let Some(log) = self.io.log {
                 let why = outage.last_failure.as_deref();
                 let why = why.unwrap_or("the app closed the connection");
@@ -530,18 +398,19 @@ where
             if let Held::Eof = self.pause(pause).await? {
                 return self.io.end_on_eof().await;
             }
-            let left = outage.deadline.saturating_duration_since(clock::now());
-            let budget = left.min(self.bounds.reply_timeout);
-            match self.reach(true, budget).await? {
+            let budget = self.engine.resume_budget(&outage, clock::now());
+            let error = match self.reach(true, budget).await? {
                 Held::Eof => return self.io.end_on_eof().await,
                 Held::Done(Ok(connected)) => {
                     return Ok(Phase::Online(connected, Origin::Outage(outage)))
                 }
-                Held::Done(Err(e)) if heals(&e) => {
-                    outage.last_failure = Some(crate::error_chain(&e))
-                }
-                Held::Done(Err(e)) => return Ok(Phase::Absent(self.absence(e))),
+                Held::Done(Err(e)) => e,
+            };
+            let failure = failure(&error);
+            if !failure.heals {
+                return Ok(self.absent_because(error, failure.reason));
             }
+            outage.last_failure = Some(crate::error_chain(&error));
         }
     }
 
@@ -571,15 +440,15 @@ where
                 ),
             );
         }
-        let mut pause = self.bounds.look_interval;
+        self.engine.on_absent(&mut absence);
         loop {
-            if let Held::Eof = self.pause(pause).await? {
+            if let Held::Eof = self.pause(absence.pause).await? {
                 if let Some(log) = self.io.log {
                     log.stdin_eof();
                 }
                 return Err(absence.error);
             }
-            let budget = self.bounds.look_interval;
+            let budget = self.engine.bounds.look_interval;
             match self.reach(true, budget).await? {
                 Held::Eof => return Err(absence.error),
                 Held::Done(Ok(connected)) => {
@@ -595,17 +464,17 @@ where
                     }
                     return Ok(Phase::Online(connected, Origin::Absent(absence)));
                 }
-                Held::Done(Err(e)) if heals(&e) && !absence.refused => {}
                 Held::Done(Err(e)) => {
-                    if !heals(&e) {
-                        absence = self.absence(e);
+                    let failure = failure(&e);
+                    if let Some(now) = self.engine.on_look_failed(&mut absence, failure, e) {
+                        absence = now;
+                        self.log_absence(&absence);
                         let mut ledger = self.io.ledger.borrow_mut();
                         ledger.set_app_absent(absence.answered_for());
                         self.io
                             .client
                             .go_absent(Rc::clone(&absence.answer), &mut ledger);
                     }
-                    pause = (pause * 2).min(REFUSED_LOOK_CAP);
                 }
             }
         }
@@ -647,39 +516,24 @@ where
         })
     }
 
-    /// What the client is told while `error` keeps the app away.
-    fn absence(&self, error: BridgeError) -> Absence {
-        let reason = match &error {
-            BridgeError::Connect(e) if e.is_untrusted_server() => Reason::UntrustedServer,
-            BridgeError::Connect(e) if e.may_heal() => Reason::AppNotRunning,
-            BridgeError::Refused { .. } => Reason::AppRefused,
-            BridgeError::CrashLoop { .. } => Reason::CrashLoop,
-            BridgeError::Handshake { .. } | BridgeError::Resume { .. } => Reason::AppNotRunning,
-            _ => Reason::Unreachable,
-        };
-        self.absence_because(error, reason)
+    /// The session is absent with `error`, said as `reason`.
+    fn absent_because(&self, error: BridgeError, reason: Reason) -> Phase<C::Reader, C::Writer> {
+        self.absent_with(self.engine.absence(error, reason))
     }
 
-    /// [`Session::absence`], for a `reason` the error alone does not tell.
-    fn absence_because(&self, error: BridgeError, reason: Reason) -> Absence {
-        let refused = matches!(reason, Reason::AppRefused | Reason::UntrustedServer);
+    /// The session is absent with `absence` (logged).
+    fn absent_with(&self, absence: Absence) -> Phase<C::Reader, C::Writer> {
+        self.log_absence(&absence);
+        Phase::Absent(absence)
+    }
+
+    fn log_absence(&self, absence: &Absence) {
         if let Some(log) = self.io.log {
             log.event(format_args!(
                 "no app: {} (reason {})",
-                crate::error_chain(&error),
-                reason.name()
+                crate::error_chain(&absence.error),
+                absence.answer.reason.name()
             ));
-        }
-        let message = format!(
-            "{} (mcp-bridge keeps looking for the app; ask again once it is up)",
-            crate::error_chain(&error)
-        );
-        Absence {
-            answer: Rc::new(Answer::new(reason, message, &self.config.endpoint)),
-            error,
-            refused,
-            said: false,
-            reached: false,
         }
     }
 }
@@ -724,14 +578,21 @@ pub(super) fn boxed<'f, T>(
     Box::pin(f)
 }
 
-/// Whether waiting may cure a failed attempt: nothing serves the endpoint
-/// yet, or the connection broke before the handshake (a dying instance).
-fn heals(error: &BridgeError) -> bool {
-    match error {
-        BridgeError::Connect(e) => e.may_heal(),
-        BridgeError::Handshake { .. } => true,
-        _ => false,
-    }
+/// What a failed attempt tells the [engine](Engine), read off the
+/// connector's error: whether waiting may cure it (nothing serves the
+/// endpoint yet, or the connection broke before the handshake: a dying
+/// instance), and what the client is told while it keeps the app away.
+fn failure(error: &BridgeError) -> Failure {
+    let (heals, reason) = match error {
+        BridgeError::Connect(e) if e.is_untrusted_server() => (false, Reason::UntrustedServer),
+        BridgeError::Connect(e) if e.may_heal() => (true, Reason::AppNotRunning),
+        BridgeError::Handshake { .. } => (true, Reason::AppNotRunning),
+        BridgeError::Refused { .. } => (false, Reason::AppRefused),
+        BridgeError::CrashLoop { .. } => (false, Reason::CrashLoop),
+        BridgeError::Resume { .. } => (false, Reason::AppNotRunning),
+        _ => (false, Reason::Unreachable),
+    };
+    Failure { heals, reason }
 }
 
 impl<R, W> Io<'_, R, W>

@@ -310,7 +310,7 @@ fn run_answering<T, F: Future<Output = T>>(
             None,
             None,
         );
-        session.bounds = bounds;
+        session.engine.bounds = bounds;
         let (ended, out) = future::zip(session.run(), script(harness)).await;
         (ended, out)
     })

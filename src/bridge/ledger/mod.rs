@@ -409,6 +409,13 @@ impl Ledger {
         self.owed_client.extend_from_slice(lines);
     }
 
+    /// The client's stream was cut mid-line (the app died while sending
+    /// one): a line end is owed first, so what the bridge writes next is a
+    /// line of its own.
+    pub(super) fn owe_client_line_end(&mut self) {
+        self.owed_client.insert(0, b'\n');
+    }
+
     /// The bridge's lines owed to the app, taken to be written.
     pub(super) fn take_owed_app(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.owed_app)
