@@ -71,12 +71,17 @@ enum Fate {
     Interrupted,
 }
 
-/// A whole line in the buffer that no instance has taken yet.
+/// A line read to its end that no instance has taken all of yet.
 #[derive(Debug)]
 struct Held {
     start: usize,
     end: usize,
     line: Line,
+    /// All of it is in `start..end`. A line relayed as it came and too
+    /// long to keep has only its end there (`start == end`): part of it
+    /// went to the instance already, so if that instance goes away, the
+    /// rest can follow it nowhere and its request is answered.
+    whole: bool,
 }
 
 /// The line in progress.
@@ -360,7 +365,7 @@ impl ClientSide {
                     Rewrite::Keep => line,
                     _ => Line::Rewritten,
                 };
-                self.hold(start, line);
+                self.hold(start, line, cur.kept);
             }
             Fate::Relay => {
                 let verdict = ledger.decide(&line, self.mode);
@@ -370,7 +375,7 @@ impl ClientSide {
                     _ => Rewrite::Drop,
                 };
                 match rewrite {
-                    Rewrite::Keep => self.hold(start, line),
+                    Rewrite::Keep => self.hold(start, line, cur.kept),
                     // Undecided until now, so none of it was sent.
                     Rewrite::Drop => self.end = start,
                     Rewrite::Replace(bytes) => {
@@ -384,7 +389,7 @@ impl ClientSide {
                         self.buf[start..start + new].copy_from_slice(&bytes);
                         self.end = start + new;
                         shift = new as isize - old as isize;
-                        self.hold(start, Line::Rewritten);
+                        self.hold(start, Line::Rewritten, true);
                     }
                 }
             }
@@ -393,12 +398,14 @@ impl ClientSide {
         shift
     }
 
-    /// The line from `start` to the end of the data goes on.
-    fn hold(&mut self, start: usize, line: Line) {
+    /// The line ending at the end of the data goes on (from `start`, when
+    /// it is `whole` there).
+    fn hold(&mut self, start: usize, line: Line, whole: bool) {
         self.lines.push_back(Held {
             start,
             end: self.end,
             line,
+            whole,
         });
     }
 
@@ -473,7 +480,12 @@ impl ClientSide {
             None => return,
         };
         if ledger.unread(&line) {
-            self.lines.push_front(Held { start, end, line });
+            self.lines.push_front(Held {
+                start,
+                end,
+                line,
+                whole: true,
+            });
         }
         self.sent = start;
     }
@@ -546,10 +558,17 @@ impl ClientSide {
                     start,
                     end: buf.len(),
                     line,
+                    whole: true,
                 });
             }
         }
         for held in std::mem::take(&mut self.lines) {
+            if !held.whole {
+                // Cut by the hang-up: answered, like the line in progress
+                // would be.
+                ledger.refused(&held.line, &self.refusals.interrupted);
+                continue;
+            }
             if ledger.decide(&held.line, Mode::Holding) != Verdict::Forward {
                 continue;
             }
@@ -564,6 +583,7 @@ impl ClientSide {
                 start,
                 end: buf.len(),
                 line: held.line,
+                whole: true,
             });
         }
         if self.cur.len > 0 {
@@ -689,5 +709,36 @@ mod tests {
         // The request in flight is answered, not sent again.
         let owed = ledger.take_owed_client();
         assert!(String::from_utf8_lossy(&owed).contains("\"id\":1"));
+    }
+
+    #[test]
+    fn a_long_line_the_app_took_part_of_is_answered_when_it_hangs_up() {
+        // Longer than what is kept whole, read to its end before the app
+        // took all of it: the app's hang-up cuts it, and its request is
+        // answered (it once went to the next instance as no bytes, its
+        // request waiting there for ever).
+        let mut ledger = Ledger::default();
+        let mut client = side();
+        client.go_online(&mut ledger);
+        let pad = "x".repeat(KEEP_LIMIT + 10);
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":26,\"method\":\"tools/call\",\"params\":\"{}\"}}\n",
+            pad
+        );
+        for chunk in line.as_bytes().chunks(BUFFER_SIZE) {
+            feed(&mut client, chunk, &mut ledger);
+            // The app takes all but the last bytes of what it is given.
+            let n = client.sendable().len().saturating_sub(100);
+            client.accepted(n, &mut ledger);
+        }
+        let answer = Answer::new(Reason::AppRestarting, "gone", Path::new("/e"));
+        let again = ledger.hung_up(&answer);
+        client.hung_up(again, &mut ledger);
+        let owed = String::from_utf8(ledger.take_owed_client()).unwrap();
+        assert!(owed.contains("\"id\":26"), "owed: {:?}", owed);
+        // Nothing of it goes to the next instance.
+        client.go_online(&mut ledger);
+        assert_eq!(client.sendable(), b"");
+        assert!(!client.holds_requests());
     }
 }

@@ -121,6 +121,17 @@ impl Connector for SimConnector {
     }
 }
 
+/// Where a long call's line says its length (as many digits).
+const LEN_PLACEHOLDER: &str = "@@@@@@@@@@";
+
+/// The length a long call's line says it has, once its start is in `buf`.
+fn said_len(buf: &[u8]) -> Option<usize> {
+    let key = b"\"_len\":\"";
+    let at = buf.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits = buf.get(at..at + LEN_PLACEHOLDER.len())?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// The largest read a script makes.
 const CHUNK: [u8; 8192] = [0; 8192];
 
@@ -131,6 +142,10 @@ struct Lines {
     /// How much of `buf` is known to hold no newline.
     scanned: usize,
     rng: Rng,
+    /// Stop this many bytes short of the end of a long call that says its
+    /// length ([`Lines::next`] then ends, `cut` set).
+    short_of: Option<usize>,
+    cut: bool,
 }
 
 impl Lines {
@@ -146,7 +161,15 @@ impl Lines {
                 return Some(line);
             }
             self.scanned = self.buf.len();
-            let want = self.rng.between(1, CHUNK.len() as u64) as usize;
+            let mut want = self.rng.between(1, CHUNK.len() as u64) as usize;
+            if let (Some(short), Some(len)) = (self.short_of, said_len(&self.buf)) {
+                let stop = len.saturating_sub(short).max(1);
+                if self.buf.len() >= stop {
+                    self.cut = true;
+                    return None;
+                }
+                want = want.min(stop - self.buf.len());
+            }
             let mut chunk = [0; CHUNK.len()];
             match self.reader.read(&mut chunk[..want]).await {
                 Ok(0) | Err(_) if self.buf.is_empty() => return None,
@@ -157,6 +180,36 @@ impl Lines {
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }
         }
+    }
+}
+
+impl Lines {
+    /// Reads on, taking no line out, until `most` bytes are in, the end,
+    /// or `wait` has passed: how many are in. A long call that says its
+    /// length is read to `short` bytes before its end instead.
+    async fn part(&mut self, mut most: usize, short: usize, wait: Duration) -> usize {
+        let deadline = clock::now() + wait;
+        let mut told = false;
+        while self.buf.len() < most && clock::now() < deadline {
+            if let (false, Some(len)) = (told, said_len(&self.buf)) {
+                told = true;
+                most = len.saturating_sub(short).max(1);
+                continue;
+            }
+            let want =
+                (self.rng.between(1, CHUNK.len() as u64) as usize).min(most - self.buf.len());
+            let mut chunk = [0; CHUNK.len()];
+            let read = async { Some(self.reader.read(&mut chunk[..want]).await) };
+            let late = async {
+                clock::at(deadline).await;
+                None
+            };
+            match future::or(read, late).await {
+                Some(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => break,
+            }
+        }
+        self.buf.len()
     }
 }
 
@@ -191,6 +244,13 @@ enum Death {
     Quietly(u64),
     /// After this many lines read, it writes half an answer and closes.
     MidLine(u64),
+    /// After this many lines read, it reads part of what follows (this
+    /// many bytes at most: to the middle of a long line, where the bridge
+    /// may have read the line's end from the client already) and closes.
+    InLine(u64, usize),
+    /// At the first long call that says its length, this many bytes short
+    /// of its end, it closes.
+    InLong(usize),
     /// It turns the client away: a refusal line first, then it closes.
     Refuses,
 }
@@ -208,7 +268,15 @@ async fn app(
             0..=11 => Death::Never,
             12..=15 => Death::Quietly(rng.between(1, 12)),
             16 => Death::Refuses,
-            _ => Death::MidLine(rng.between(1, 12)),
+            17 => Death::MidLine(rng.between(1, 12)),
+            18 => Death::InLong(rng.between(1, 96 * 1024) as usize),
+            _ => Death::InLine(
+                rng.between(1, 12),
+                match rng.chance(50) {
+                    true => rng.between(1, 4096),
+                    false => rng.between(4096, 700 * 1024),
+                } as usize,
+            ),
         };
         judge.event(format!("app: instance {} ({:?})", conn.instance, death));
         let served = instance(conn, death, &judge, rng.fork()).await;
@@ -252,6 +320,8 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
         buf: Vec::new(),
         scanned: 0,
         rng: rng.fork(),
+        short_of: None,
+        cut: false,
     };
     // No identity line: the connector stands for the endpoint's, which
     // sends it (tests/bridge.rs checks it through the binary).
@@ -260,6 +330,9 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
     let mut asked = std::collections::HashMap::new();
     let answers = smol::LocalExecutor::new();
     let serve = async {
+        if let Death::InLong(short) = death {
+            lines.short_of = Some(short);
+        }
         while let Some(line) = lines.next().await {
             read += 1;
             judge.event(format!(
@@ -280,6 +353,17 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
             };
             match death {
                 Death::Quietly(n) if read >= n => return true,
+                Death::InLine(n, most) if read >= n => {
+                    // Bounded: what it waits for may wait for its answer.
+                    let wait = Duration::from_millis(rng.between(0, 500));
+                    let short = rng.between(1, 96 * 1024) as usize;
+                    let cut = lines.part(most, short, wait).await;
+                    judge.event(format!(
+                        "app {} dies {} bytes into what follows",
+                        instance, cut
+                    ));
+                    return true;
+                }
                 Death::MidLine(n) if read >= n => {
                     // Part of the answer to what it was just asked (past
                     // its id, so a bridge that streams it would tear it).
@@ -376,7 +460,10 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
                     .detach();
             }
         }
-        false
+        if lines.cut {
+            judge.event(format!("app {} dies short of a long call's end", instance));
+        }
+        lines.cut
     };
     answers.run(serve).await
 }
@@ -485,6 +572,8 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
         buf: Vec::new(),
         scanned: 0,
         rng: rng.fork(),
+        short_of: None,
+        cut: false,
     };
     let mut number = 0u64;
     while let Some(line) = lines.next().await {
@@ -598,13 +687,21 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
                 false => {
                     // Now and then a call longer than the bridge holds for an
                     // absent app (its hold limit is 1 MiB), or a batch past it.
-                    let pad = match rng.chance(1) {
-                        true => "x".repeat(rng.between(200 * 1024, 1300 * 1024) as usize),
-                        false => String::new(),
-                    };
-                    json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
-                           "params":{"name":"echo","arguments":{"token":token,"pad":pad},
-                                     "_meta":meta}})
+                    // It says its line's length first, so that an app
+                    // can die in it where the bridge may have read its end
+                    // already (keys are written in order: `_len` leads).
+                    match rng.chance(1) {
+                        true => {
+                            let pad = "x".repeat(rng.between(200 * 1024, 1300 * 1024) as usize);
+                            json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
+                                   "params":{"_len":LEN_PLACEHOLDER,"name":"echo",
+                                             "arguments":{"token":token,"pad":pad},"_meta":meta}})
+                        }
+                        false => json!({"jsonrpc":"2.0","id":shown,"method":"tools/call",
+                                        "params":{"name":"echo",
+                                                  "arguments":{"token":token,"pad":""},
+                                                  "_meta":meta}}),
+                    }
                 }
             }
         };
@@ -620,6 +717,8 @@ async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -
         for (placeholder, digits) in exact.drain(..) {
             text = text.replace(&placeholder, &digits);
         }
+        let len = format!("{:01$}", text.len() + 1, LEN_PLACEHOLDER.len());
+        text = text.replace(LEN_PLACEHOLDER, &len);
         let mut bytes = text.into_bytes();
         bytes.push(b'\n');
         if rng.chance(10) && !open.is_empty() {
