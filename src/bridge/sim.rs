@@ -259,6 +259,7 @@ enum Death {
 /// them, each drawn from the seed; between two, the app may be away.
 async fn app(
     conns: smol::channel::Receiver<Conn>,
+    legacy: bool,
     up: Rc<Cell<bool>>,
     judge: Rc<Judge>,
     mut rng: Rng,
@@ -279,7 +280,7 @@ async fn app(
             ),
         };
         judge.event(format!("app: instance {} ({:?})", conn.instance, death));
-        let served = instance(conn, death, &judge, rng.fork()).await;
+        let served = instance(conn, death, legacy, &judge, rng.fork()).await;
         if served && rng.chance(40) {
             // Away for a while: restarting, or gone past the bounds.
             up.set(false);
@@ -298,7 +299,7 @@ async fn app(
 /// One instance: answers what it is asked
 /// (late, in any order) until it dies or the bridge hangs up. Whether it
 /// died (as opposed to being left).
-async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> bool {
+async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut rng: Rng) -> bool {
     let Conn {
         reader,
         writer,
@@ -306,7 +307,7 @@ async fn instance(conn: Conn, death: Death, judge: &Rc<Judge>, mut rng: Rng) -> 
     } = conn;
     // An app upgraded now and then: its lists change between instances.
     let version = instance / 3;
-    let answer = |message: &Value| answer(message, version);
+    let answer = |message: &Value| answer(message, version, legacy);
     if let Death::Refuses = death {
         judge.app_refuses();
         let mut writer = writer;
@@ -497,12 +498,12 @@ fn as_javascript_writes(message: &Value) -> Vec<u8> {
 
 /// The app's answer to a message (by an app at `version`), and the tokens
 /// of the results in it.
-fn answer(message: &Value, version: u64) -> Option<(Value, Vec<String>)> {
+fn answer(message: &Value, version: u64, legacy: bool) -> Option<(Value, Vec<String>)> {
     if let Value::Array(items) = message {
         let mut replies = Vec::new();
         let mut tokens = Vec::new();
         for item in items {
-            if let Some((reply, mut more)) = answer(item, version) {
+            if let Some((reply, mut more)) = answer(item, version, legacy) {
                 replies.push(reply);
                 tokens.append(&mut more);
             }
@@ -514,6 +515,12 @@ fn answer(message: &Value, version: u64) -> Option<(Value, Vec<String>)> {
     }
     let id = message.get("id")?.clone();
     let method = message.get("method")?.as_str()?;
+    if legacy && method == "server/discover" {
+        // An app of the 2025 era (an SDK 1.x server): no such method.
+        let reply = json!({"jsonrpc":"2.0","id":id,
+                           "error":{"code":-32601,"message":"Method not found"}});
+        return Some((reply, Vec::new()));
+    }
     let (result, token) = match method {
         "initialize" => (
             json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{}},
@@ -549,6 +556,10 @@ fn answer(message: &Value, version: u64) -> Option<(Value, Vec<String>)> {
     Some((reply, token.into_iter().collect()))
 }
 
+/// What the answer to the client's opening `server/discover` said: set
+/// once it came, `true` when it was a 2026-07-28 result.
+type Probe = Rc<Cell<Option<bool>>>;
+
 /// The client's stdin, shared by its writing side and the replies to the
 /// app's questions; `None` once closed.
 type Stdin = Rc<smol::lock::Mutex<Option<piper::Writer>>>;
@@ -566,7 +577,13 @@ async fn send(stdin: &Stdin, bytes: &[u8], rng: &mut Rng) -> bool {
 /// value, every answer is judged, every question of the app's is answered
 /// (mostly: in any of the forms SDKs write); stops reading for a while now
 /// and then. Ends at stdout's end.
-async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mut rng: Rng) {
+async fn client_reader(
+    stdout: piper::Reader,
+    stdin: Stdin,
+    probe: Probe,
+    judge: Rc<Judge>,
+    mut rng: Rng,
+) {
     let mut lines = Lines {
         reader: stdout,
         buf: Vec::new(),
@@ -600,7 +617,13 @@ async fn client_reader(stdout: piper::Reader, stdin: Stdin, judge: Rc<Judge>, mu
                     send(&stdin, &reply, &mut rng).await;
                 }
                 (Some(_), _) => judge.event(format!("client <- {}", item)),
-                (None, _) => judge.client_got_answer_as(item, raw, number, array),
+                (None, id) => {
+                    if id == Some(&json!(0)) && probe.get().is_none() {
+                        let modern = item["result"]["supportedVersions"].is_array();
+                        probe.set(Some(modern));
+                    }
+                    judge.client_got_answer_as(item, raw, number, array)
+                }
             }
         }
         if rng.chance(3) {
@@ -637,17 +660,42 @@ fn question_reply(id: &Value, nonce: &Value, rng: &mut Rng) -> Vec<u8> {
 /// The client's writing side: the era's opening, then requests (single,
 /// batched, cancelled) with pauses; then waits for every answer, at most
 /// `patience`, and closes stdin. Returns when stdin was closed.
-async fn client_writer(stdin: Stdin, era: Era, judge: Rc<Judge>, mut rng: Rng) -> Instant {
-    let meta = meta(era);
+async fn client_writer(
+    stdin: Stdin,
+    era: Era,
+    probe: Option<Probe>,
+    judge: Rc<Judge>,
+    mut rng: Rng,
+) -> Instant {
+    let mut meta = meta(era);
     let opening = opening(era);
     judge.client_sent(&json!(0), "opening");
     let mut bytes = serde_json::to_vec(&opening).unwrap();
     bytes.push(b'\n');
     if era == Era::Legacy {
-        bytes
-            .extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+        bytes.extend_from_slice(INITIALIZED);
     }
     let mut alive = send(&stdin, &bytes, &mut rng).await;
+    if let Some(probe) = probe {
+        // A client that probes waits for the probe's answer; anything but
+        // a 2026-07-28 result (the app's -32601, the bridge's error while
+        // the app is away) and it falls back to the legacy era.
+        let waited = clock::now();
+        while probe.get().is_none() && clock::now() - waited < Duration::from_secs(120) {
+            clock::after(Duration::from_millis(50)).await;
+        }
+        if probe.get() != Some(true) {
+            judge.event("client: the probe failed; falls back to initialize");
+            meta = json!({});
+            let mut initialize = self::opening(Era::Legacy);
+            initialize["id"] = json!("init");
+            judge.client_sent(&json!("init"), "opening2");
+            let mut bytes = serde_json::to_vec(&initialize).unwrap();
+            bytes.push(b'\n');
+            bytes.extend_from_slice(INITIALIZED);
+            alive = alive && send(&stdin, &bytes, &mut rng).await;
+        }
+    }
     let requests = rng.between(1, 25);
     let mut next = 1u64;
     let mut open: Vec<Value> = Vec::new();
@@ -762,6 +810,8 @@ fn meta(era: Era) -> Value {
     }
 }
 
+const INITIALIZED: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+
 /// The client's first request in `era`.
 fn opening(era: Era) -> Value {
     match era {
@@ -776,15 +826,16 @@ fn opening(era: Era) -> Value {
 /// What an earlier app (at `version`) answered an earlier client, kept in
 /// the cache at `config`'s directory: its opening and its `tools/list`,
 /// and so one of the lists the app gave.
-fn remembered(config: &Config, era: Era, version: u64, judge: &Judge) {
+fn remembered(config: &Config, era: Era, legacy: bool, version: u64, judge: &Judge) {
     let mut cache = Cache::of(config, None);
     if let Ok(server) = crate::endpoint::ServerUser::own() {
         cache.served_by(server);
     }
     let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list",
                       "params":{"token":"earlier","_meta":meta(era)}});
-    for request in [opening(era), list] {
-        if let Some((reply, _)) = answer(&request, version) {
+    let first = opening(if legacy { Era::Legacy } else { era });
+    for request in [first, list] {
+        if let Some((reply, _)) = answer(&request, version, legacy) {
             if reply["result"].get("tools").is_some() {
                 judge.app_listed(&reply["result"]);
             }
@@ -815,8 +866,12 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         false => None,
     };
     config.cache = cache_dir.clone();
+    // A modern client probes, and one in four apps is of the legacy era:
+    // it answers the probe `-32601`, and the client falls back to
+    // `initialize` (rmcp's `Auto`, the Python SDK 2.x's default).
+    let legacy_app = era == Era::Legacy || rng.chance(25);
     if cache_dir.is_some() && rng.chance(70) {
-        remembered(&config, era, 1000, &judge);
+        remembered(&config, era, legacy_app, 1000, &judge);
     }
     let (conns_tx, conns_rx) = smol::channel::unbounded();
     let up = Rc::new(Cell::new(rng.chance(80)));
@@ -858,16 +913,25 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         })
         .detach();
     }
-    ex.spawn(app(conns_rx, up, judge.clone(), rng.fork()))
+    ex.spawn(app(conns_rx, legacy_app, up, judge.clone(), rng.fork()))
         .detach();
     let stdin: Stdin = Rc::new(smol::lock::Mutex::new(Some(stdin_writer)));
+    let probe: Probe = Rc::new(Cell::new(None));
     let reader = ex.spawn(client_reader(
         stdout_reader,
         stdin.clone(),
+        probe.clone(),
         judge.clone(),
         rng.fork(),
     ));
-    let writer = ex.spawn(client_writer(stdin, era, judge.clone(), rng.fork()));
+    let falls_back = era == Era::Modern && legacy_app;
+    let writer = ex.spawn(client_writer(
+        stdin,
+        era,
+        falls_back.then(|| probe),
+        judge.clone(),
+        rng.fork(),
+    ));
     loop {
         while ex.try_tick() {}
         if session.is_finished() && reader.is_finished() {
