@@ -928,7 +928,7 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     let writer = ex.spawn(client_writer(
         stdin,
         era,
-        falls_back.then(|| probe),
+        falls_back.then_some(probe),
         judge.clone(),
         rng.fork(),
     ));
