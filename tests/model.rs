@@ -178,6 +178,10 @@ fn play(seed: u64, era: Era) -> Result<(), String> {
     let socket = dir.0.join("app.sock");
     let judge = Arc::new(Judge::default());
     let shared = Arc::new(Shared::default());
+    // One modern session in four meets an app of the legacy era, which the
+    // client probes and falls back from.
+    let legacy_app = era == Era::Modern && rng.chance(25);
+    shared.legacy.store(legacy_app, Ordering::SeqCst);
     let deaths = rng.below(4) as usize;
     let script: Vec<Instance> = (0..=deaths)
         .map(|n| Instance::draw(&mut rng, n == deaths, era == Era::Legacy))
@@ -233,6 +237,10 @@ fn play(seed: u64, era: Era) -> Result<(), String> {
         epoch,
     );
     client.open();
+    if legacy_app {
+        judge.event("app: of the legacy era");
+        client.fall_back_unless_modern();
+    }
     for _ in 0..rng.between(6, 24) {
         client.step();
     }

@@ -99,6 +99,8 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Every question the last instance asked has its reply.
     pub last_settled: AtomicBool,
+    /// An app of the legacy era: `server/discover` is no method of its.
+    pub legacy: AtomicBool,
 }
 
 /// Runs `script` at `path` until `shared.stop`, then checks that the last
@@ -452,6 +454,13 @@ impl<'a> Served<'a> {
         match (method, id) {
             (Some(method), Some(_)) => {
                 let raw_id = self.id_out(raw_id(raw)?);
+                if method == "server/discover" && self.shared.legacy.load(Ordering::SeqCst) {
+                    let error = format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":-32601,\"message\":\"Method not found\"}}}}\n",
+                        raw_id
+                    );
+                    return Some((error.into_bytes(), None));
+                }
                 let result = match method {
                     "initialize" => {
                         json!({"protocolVersion": item["params"]["protocolVersion"], "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": "model-app", "version": "1"}})

@@ -52,6 +52,9 @@ pub struct Inbox {
     pub seen: Mutex<HashMap<String, String>>,
     /// stdout is not read before this many milliseconds since `epoch`.
     pub paused_until: AtomicU64,
+    /// The answer to the opening `server/discover`, once it came: whether
+    /// it was a 2026-07-28 result.
+    pub probe: Mutex<Option<bool>>,
 }
 
 /// Writes every line it is given to the bridge's stdin, in order; closing
@@ -114,7 +117,13 @@ pub fn reader(stdout: ChildStdout, inbox: Arc<Inbox>, judge: Arc<Judge>, epoch: 
 fn message(item: &Value, raw: &[u8], line: (u64, bool), inbox: &Inbox, judge: &Judge) {
     let method = item["method"].as_str();
     match (method, item.get("id")) {
-        (None, Some(_)) => judge.client_got_answer_as(item, raw, line.0, line.1),
+        (None, Some(id)) => {
+            if *id == json!("open") {
+                let modern = item["result"]["supportedVersions"].is_array();
+                inbox.probe.lock().unwrap().get_or_insert(modern);
+            }
+            judge.client_got_answer_as(item, raw, line.0, line.1)
+        }
         (Some(_), Some(id)) => {
             let nonce = item["params"]["nonce"].as_str().unwrap_or("").to_string();
             judge.event(format!("client <- question {} ({})", id, nonce));
@@ -210,6 +219,32 @@ impl Client {
             ),
         };
         self.send(line.into_bytes());
+    }
+
+    /// A client that probes (rmcp's `Auto`, the Python SDK 2.x) waits for
+    /// the answer to its `server/discover`: anything but a 2026-07-28
+    /// result (a legacy app's -32601, the bridge's error while the app is
+    /// away) and it falls back to `initialize` and the legacy era.
+    pub fn fall_back_unless_modern(&mut self) {
+        let waited = Instant::now();
+        while self.inbox.probe.lock().unwrap().is_none()
+            && waited.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if *self.inbox.probe.lock().unwrap() == Some(true) {
+            return;
+        }
+        self.judge
+            .event("client: the probe failed; falls back to initialize");
+        self.era = Era::Legacy;
+        let (id, token) = (json!("init"), "opening2");
+        self.judge.client_sent(&id, token);
+        self.send(
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"init\",\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"elicitation\":{}},\"clientInfo\":{\"name\":\"model\",\"version\":\"1\"}}}\n\
+              {\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+                .to_vec(),
+        );
     }
 
     /// A new id, in one of the forms real clients and apps use.
