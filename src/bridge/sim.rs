@@ -71,9 +71,12 @@ struct Conn {
 }
 
 /// The endpoint: hands connections to the app's script while the app is
-/// up, fails each attempt as a reset before the handshake otherwise.
+/// up; otherwise fails each attempt as a reset before the handshake, or,
+/// while another user's process has taken the endpoint, as the server
+/// check's refusal.
 struct SimConnector {
     up: Rc<Cell<bool>>,
+    squatted: Rc<Cell<bool>>,
     attempts: Rc<Cell<u64>>,
     conns: smol::channel::Sender<Conn>,
     rng: Rng,
@@ -85,6 +88,19 @@ impl Connector for SimConnector {
 
     fn connect(&mut self, _: bool, _: Duration) -> Connecting<'_, piper::Reader, piper::Writer> {
         self.attempts.set(self.attempts.get() + 1);
+        if self.squatted.get() {
+            return Box::pin(async {
+                Err(BridgeError::Connect(crate::endpoint::ConnectError {
+                    endpoint: "/sim".into(),
+                    timeout: Duration::from_secs(5),
+                    source: io::ErrorKind::PermissionDenied.into(),
+                    fault: crate::endpoint::Fault::Untrusted {
+                        server: "uid 1001".into(),
+                        me: "uid 1000".into(),
+                    },
+                }))
+            });
+        }
         if !self.up.get() {
             return Box::pin(async {
                 Err(BridgeError::Handshake {
@@ -261,6 +277,7 @@ async fn app(
     conns: smol::channel::Receiver<Conn>,
     legacy: bool,
     up: Rc<Cell<bool>>,
+    squatted: Rc<Cell<bool>>,
     judge: Rc<Judge>,
     mut rng: Rng,
 ) {
@@ -289,8 +306,24 @@ async fn app(
                 7 | 8 => rng.between(3000, 12_000),
                 _ => rng.between(12_000, 40_000),
             };
-            judge.event(format!("app: away for {} ms", away));
+            // Now and then another user's process takes the endpoint
+            // meanwhile (the bridge must not talk to it).
+            let squat = rng.chance(15);
+            judge.event(format!(
+                "app: away for {} ms{}",
+                away,
+                if squat {
+                    ", another user's process on the endpoint"
+                } else {
+                    ""
+                }
+            ));
+            if squat {
+                judge.endpoint_taken();
+            }
+            squatted.set(squat);
             clock::after(Duration::from_millis(away)).await;
+            squatted.set(false);
             up.set(true);
         }
     }
@@ -875,8 +908,10 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     }
     let (conns_tx, conns_rx) = smol::channel::unbounded();
     let up = Rc::new(Cell::new(rng.chance(80)));
+    let squatted = Rc::new(Cell::new(false));
     let connector = SimConnector {
         up: up.clone(),
+        squatted: squatted.clone(),
         attempts: Rc::new(Cell::new(0)),
         conns: conns_tx,
         rng: rng.fork(),
@@ -905,16 +940,31 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         ending
     });
     if !up.get() {
-        // The app starts later.
+        // The app starts later; another user's process may serve the
+        // endpoint meanwhile.
         let (up, delay) = (up.clone(), rng.between(10, 8000));
+        let squatted = squatted.clone();
+        if rng.chance(10) {
+            judge.event("another user's process on the endpoint until the app starts");
+            judge.endpoint_taken();
+            squatted.set(true);
+        }
         ex.spawn(async move {
             clock::after(Duration::from_millis(delay)).await;
+            squatted.set(false);
             up.set(true);
         })
         .detach();
     }
-    ex.spawn(app(conns_rx, legacy_app, up, judge.clone(), rng.fork()))
-        .detach();
+    ex.spawn(app(
+        conns_rx,
+        legacy_app,
+        up,
+        squatted,
+        judge.clone(),
+        rng.fork(),
+    ))
+    .detach();
     let stdin: Stdin = Rc::new(smol::lock::Mutex::new(Some(stdin_writer)));
     let probe: Probe = Rc::new(Cell::new(None));
     let reader = ex.spawn(client_reader(

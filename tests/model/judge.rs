@@ -91,6 +91,8 @@ struct State {
     lines_written: u64,
     /// An instance wrote a refusal line.
     refused: bool,
+    /// Another user's process served the endpoint for a while.
+    squatted: bool,
     /// The lists the app wrote (each result as compact JSON, `ttlMs` out).
     listed: HashSet<String>,
     batches: u64,
@@ -186,6 +188,13 @@ impl Judge {
     #[allow(dead_code)] // the simulation's app refuses; the fuzzer's does not yet
     pub fn app_refuses(&self) {
         self.with(|s| s.refused = true);
+    }
+
+    /// Another user's process serves the endpoint (for a while): from now
+    /// on `untrusted_server` is what the bridge found.
+    #[allow(dead_code)] // the simulation's endpoint is taken; the fuzzer's is not yet
+    pub fn endpoint_taken(&self) {
+        self.with(|s| s.squatted = true);
     }
 
     /// The client sent the requests `ids` in one batch line: their answers
@@ -380,6 +389,12 @@ impl Judge {
                 }
                 if reason == "app_refused" && !s.refused {
                     return Some(format!("silence read as a refusal: {}", message));
+                }
+                if reason == "untrusted_server" && !s.squatted {
+                    return Some(format!(
+                        "no other user served the endpoint, the client got {}",
+                        message
+                    ));
                 }
             }
             None
