@@ -589,6 +589,58 @@ fn answer(message: &Value, version: u64, legacy: bool) -> Option<(Value, Vec<Str
     Some((reply, token.into_iter().collect()))
 }
 
+/// How long each request waited for its answer, net of the time the
+/// client did not read stdout: the bridge's bounds hold in virtual time.
+#[derive(Default)]
+struct Waits {
+    /// By id key: when its line was written, and `paused` then.
+    sent: std::collections::HashMap<String, (Instant, Duration)>,
+    /// How long the client has not read stdout, in all.
+    paused: Duration,
+    /// The longest wait so far, and its request.
+    longest: (Duration, String),
+    /// Longest a request may wait (see [`Waits::bound`]).
+    bound: Duration,
+}
+
+type SharedWaits = Rc<std::cell::RefCell<Waits>>;
+
+impl Waits {
+    /// Longest a request may wait for its answer under `config`, net of the
+    /// client's pauses in reading stdout (docs/bridge.md, "The bounds"):
+    /// held at most `--connect-timeout` at first, or through an outage of
+    /// at most `--reconnect-timeout` (met within half a second), which an
+    /// instance that reached the bridge just before the first bound may
+    /// start; plus what the app itself takes (up to 3 s in this script)
+    /// and half a second more for the deadline's tolerance.
+    fn bound(config: &Config) -> Duration {
+        config.connect_timeout
+            + config.reconnect_timeout
+            + Duration::from_secs(3)
+            + Duration::from_millis(500)
+    }
+
+    fn sent(waits: &SharedWaits, ids: &[Value]) {
+        let mut w = waits.borrow_mut();
+        let at = (clock::now(), w.paused);
+        for id in ids {
+            w.sent.insert(judge::id_key(id), at);
+        }
+    }
+
+    /// The answer to `id` came: how long it waited.
+    fn answered(waits: &SharedWaits, id: &Value) -> Option<Duration> {
+        let mut w = waits.borrow_mut();
+        let key = judge::id_key(id);
+        let (at, paused) = w.sent.remove(&key)?;
+        let waited = (clock::now() - at).saturating_sub(w.paused - paused);
+        if waited > w.longest.0 {
+            w.longest = (waited, key);
+        }
+        Some(waited)
+    }
+}
+
 /// What the answer to the client's opening `server/discover` said: set
 /// once it came, `true` when it was a 2026-07-28 result.
 type Probe = Rc<Cell<Option<bool>>>;
@@ -614,6 +666,7 @@ async fn client_reader(
     stdout: piper::Reader,
     stdin: Stdin,
     probe: Probe,
+    waits: SharedWaits,
     judge: Rc<Judge>,
     mut rng: Rng,
 ) {
@@ -655,12 +708,23 @@ async fn client_reader(
                         let modern = item["result"]["supportedVersions"].is_array();
                         probe.set(Some(modern));
                     }
+                    if let Some(waited) = id.and_then(|id| Waits::answered(&waits, id)) {
+                        let bound = waits.borrow().bound;
+                        if waited > bound {
+                            judge.fail(format!(
+                                "request {} waited {:?} for its answer (at most {:?})",
+                                item["id"], waited, bound
+                            ));
+                        }
+                    }
                     judge.client_got_answer_as(item, raw, number, array)
                 }
             }
         }
         if rng.chance(3) {
-            clock::after(Duration::from_millis(rng.between(200, 1500))).await;
+            let pause = Duration::from_millis(rng.between(200, 1500));
+            clock::after(pause).await;
+            waits.borrow_mut().paused += pause;
         }
     }
 }
@@ -697,6 +761,7 @@ async fn client_writer(
     stdin: Stdin,
     era: Era,
     probe: Option<Probe>,
+    waits: SharedWaits,
     judge: Rc<Judge>,
     mut rng: Rng,
 ) -> Instant {
@@ -709,6 +774,7 @@ async fn client_writer(
         bytes.extend_from_slice(INITIALIZED);
     }
     let mut alive = send(&stdin, &bytes, &mut rng).await;
+    Waits::sent(&waits, &[json!(0)]);
     if let Some(probe) = probe {
         // A client that probes waits for the probe's answer; anything but
         // a 2026-07-28 result (the app's -32601, the bridge's error while
@@ -727,12 +793,14 @@ async fn client_writer(
             bytes.push(b'\n');
             bytes.extend_from_slice(INITIALIZED);
             alive = alive && send(&stdin, &bytes, &mut rng).await;
+            Waits::sent(&waits, &[json!("init")]);
         }
     }
     let requests = rng.between(1, 25);
     let mut next = 1u64;
     let mut open: Vec<Value> = Vec::new();
     while alive && next <= requests {
+        let before = open.len();
         // Ids too large for a double to hold exactly, written as digits
         // and put in after serialising (serde_json would round them).
         let mut exact: Vec<(String, String)> = Vec::new();
@@ -811,6 +879,7 @@ async fn client_writer(
             bytes.push(b'\n');
         }
         alive = send(&stdin, &bytes, &mut rng).await;
+        Waits::sent(&waits, &open[before..]);
         if rng.chance(50) {
             clock::after(Duration::from_millis(rng.between(1, 2000))).await;
         }
@@ -832,6 +901,9 @@ pub(super) struct Played {
     pub(super) failures: Vec<String>,
     /// Virtual time it took.
     pub(super) lasted: Duration,
+    /// The longest any request waited for its answer (net of the client's
+    /// pauses).
+    pub(super) longest_wait: Duration,
 }
 
 /// The `_meta` of the client's requests in `era`.
@@ -967,10 +1039,13 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     .detach();
     let stdin: Stdin = Rc::new(smol::lock::Mutex::new(Some(stdin_writer)));
     let probe: Probe = Rc::new(Cell::new(None));
+    let waits = SharedWaits::default();
+    waits.borrow_mut().bound = Waits::bound(&config);
     let reader = ex.spawn(client_reader(
         stdout_reader,
         stdin.clone(),
         probe.clone(),
+        waits.clone(),
         judge.clone(),
         rng.fork(),
     ));
@@ -979,6 +1054,7 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         stdin,
         era,
         falls_back.then_some(probe),
+        waits.clone(),
         judge.clone(),
         rng.fork(),
     ));
@@ -1026,9 +1102,11 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
     if let Some(dir) = cache_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    let longest_wait = waits.borrow().longest.0;
     Played {
         failures: report,
         lasted,
+        longest_wait,
     }
 }
 
@@ -1056,10 +1134,14 @@ fn play_many(era: Era) {
     let started = std::time::Instant::now();
     let mut failed = Vec::new();
     let mut lasted = Duration::ZERO;
+    let mut longest_wait = (Duration::ZERO, 0);
     for n in 0..sessions {
         let seed = first.wrapping_add(n);
         let played = play(seed, era);
         lasted += played.lasted;
+        if played.longest_wait > longest_wait.0 {
+            longest_wait = (played.longest_wait, seed);
+        }
         if !played.failures.is_empty() {
             if failed.len() < 3 {
                 eprintln!("{}", played.failures.join("\n"));
@@ -1069,14 +1151,17 @@ fn play_many(era: Era) {
     }
     let took = started.elapsed();
     println!(
-        "{} simulated {:?} sessions from seed {} ({:?} of virtual time) in {:?}: {:.0} sessions/s, {} failed",
+        "{} simulated {:?} sessions from seed {} ({:?} of virtual time) in {:?}: {:.0} sessions/s, \
+         {} failed; the longest wait for an answer {:?} (seed {})",
         sessions,
         era,
         first,
         lasted,
         took,
         sessions as f64 / took.as_secs_f64(),
-        failed.len()
+        failed.len(),
+        longest_wait.0,
+        longest_wait.1
     );
     assert!(
         failed.is_empty(),

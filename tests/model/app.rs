@@ -167,10 +167,13 @@ impl<'a> Served<'a> {
         shared: &'a Shared,
         rng: Rng,
     ) -> Served<'a> {
-        // Settled until it asks: an instance the bridge gave up on before
-        // it took the session (its deadline passed) never asks at all.
+        // Unsettled from its start while it has questions to ask: the
+        // client must not close stdin between its start and its questions
+        // (it asks them after its first line, the replayed session, which
+        // the bridge sends on every connection it makes).
         if last {
-            shared.last_settled.store(true, Ordering::SeqCst);
+            let settled = plan.questions == 0;
+            shared.last_settled.store(settled, Ordering::SeqCst);
         }
         Served {
             n,
