@@ -265,6 +265,7 @@ fn play(seed: u64, era: Era) -> Result<(), String> {
     }
     let peak = peak_kib(pid);
     // stdin closes: the bridge must end within its drain second.
+    shared.ending.store(true, Ordering::SeqCst);
     drop(client);
     let closed = Instant::now();
     let status = loop {

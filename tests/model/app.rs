@@ -101,6 +101,9 @@ pub struct Shared {
     pub last_settled: AtomicBool,
     /// An app of the legacy era: `server/discover` is no method of its.
     pub legacy: AtomicBool,
+    /// The client is closing stdin: the bridge's next hang-up is the
+    /// session's end, not a connection it gave up on.
+    pub ending: AtomicBool,
 }
 
 /// Runs `script` at `path` until `shared.stop`, then checks that the last
@@ -254,6 +257,18 @@ impl<'a> Served<'a> {
                     // on this connection.
                     self.judge
                         .event(format!("app: instance {} read EOF", self.n));
+                    if self.last && !self.shared.ending.load(Ordering::SeqCst) {
+                        // The bridge gave up on this connection (it came
+                        // past a deadline): it will look again, and this
+                        // instance serves the next connection as a real
+                        // app does. Its questions went with this one.
+                        self.asked.clear();
+                        self.withdrawn.clear();
+                        self.lines = 0;
+                        let settled = self.plan.questions == 0;
+                        self.shared.last_settled.store(settled, Ordering::SeqCst);
+                        return false;
+                    }
                     if self.last {
                         self.settle_last();
                     }
