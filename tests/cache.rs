@@ -671,6 +671,41 @@ fn an_answer_is_synced_before_it_is_renamed_into_place() {
     );
 }
 
+/// A client that has the app's answer may kill its bridge the moment it
+/// has it: the TypeScript 2.x SDK ends its `server/discover` probe's bridge
+/// so (SIGTERM; SIGKILL here, which nothing catches). The answer is kept by
+/// then: the next bridge, with the app away, answers the probe from the
+/// cache. Twenty rounds, each from an empty cache.
+#[test]
+fn an_answer_is_kept_before_the_client_has_it() {
+    let setup = Setup::new("killed", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let discover = modern(1, "server/discover", json!({}));
+    smol::block_on(async {
+        for round in 0..20 {
+            let _ = fs::remove_dir_all(&cache);
+            let app = App::start(&setup.dir, &socket, None, "probed");
+            let mut probe = bridge(&socket, &cache, "allowed", &[]);
+            let live = ask(&mut probe, &discover, 1).await;
+            probe.child.kill().unwrap();
+            within("the killed bridge to exit", probe.child.status())
+                .await
+                .unwrap();
+            app.stop();
+            let mut early = bridge(&socket, &cache, "allowed", &[]);
+            let reply = ask(&mut early, &discover, 1).await;
+            assert!(
+                reply.get("result").is_some(),
+                "round {}: the answer the killed bridge gave was not kept: {}",
+                round,
+                reply
+            );
+            assert_cached(&reply, &live["result"]);
+            early.finish().await;
+        }
+    });
+}
+
 /// Item 7: two bridges of one project at once, a 2026-07-28 session and a
 /// legacy one: both answers are kept, each answered when the app is gone.
 #[test]

@@ -10,9 +10,10 @@
 //!
 //! What the app answers is never written from inside a decision: the
 //! ledger queues a [`Learnt`] and the I/O side hands it to
-//! [`Answers::learn`] once the reply it came with has been written to the
-//! client, so a slow disk (two `fsync`s and a rename) never holds a reply
-//! up.
+//! [`Answers::learn`] before the reply it came with is written to the
+//! client (a client may kill the bridge the moment it has a reply: the
+//! answer is kept by then), and calls [`Answers::settle`] once the reply is
+//! written, for what can wait (the directory's `fsync` and bound).
 
 use crate::endpoint::ServerUser;
 
@@ -22,8 +23,12 @@ pub(super) trait Answers {
     /// app is away, if the app gave one that this bridge may repeat.
     fn answer(&mut self, request: &[u8]) -> Option<Vec<u8>>;
     /// What the app answered: keep it (or forget the older answer it
-    /// replaces). Called by the I/O side, after the reply was written.
+    /// replaces), so that a bridge started the next moment finds it.
+    /// Called by the I/O side before the reply is written.
     fn learn(&mut self, learnt: Learnt);
+    /// Finish keeping what was learnt last (what can wait), called by the
+    /// I/O side once the reply is written.
+    fn settle(&mut self) {}
     /// The instance the bridge is connected to is served by `server`, who
     /// passed the trust check: what is learnt from now on is its.
     fn served_by(&mut self, server: ServerUser);

@@ -341,6 +341,8 @@ where
     W: AsyncWrite + Unpin,
 {
     loop {
+        // Kept before the client has the replies they came with.
+        learn(ledger);
         // The bridge's lines first: they arose before what was just read.
         write_owed(app, stdout, ledger, log).await?;
         loop {
@@ -372,7 +374,7 @@ where
             }
             return Err(write_error(Stage::WriteClient, e));
         }
-        learn(ledger);
+        settle(ledger);
         let read = async { Some(read_app(reader, app, ledger).await) };
         let woken = async {
             signals.down.wait().await;
@@ -447,13 +449,19 @@ async fn read_some(
     }
 }
 
-/// Hands the answers cache what the app answered, now that the replies it
+/// Hands the answers cache what the app answered, before the replies it
 /// came with are written (see [`super::answers`]).
 pub(super) fn learn(ledger: &RefCell<Ledger>) {
     let mut ledger = ledger.borrow_mut();
     for learnt in ledger.take_learnt() {
         ledger.answers().learn(learnt);
     }
+}
+
+/// Lets the answers cache make what it learnt last durable, now that the
+/// replies are written.
+pub(super) fn settle(ledger: &RefCell<Ledger>) {
+    ledger.borrow_mut().answers().settle();
 }
 
 /// Why an instance that said no to the replayed `initialize` (`why`) did

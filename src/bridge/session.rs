@@ -264,6 +264,7 @@ where
         .await;
         // Whatever ended the relay, what the app answered is the cache's.
         online::learn(&self.io.ledger);
+        online::settle(&self.io.ledger);
         // An instance that said no to the replay and hung up at once did
         // not take the session back, whichever of the two was seen first.
         let end = match (end?, self.io.ledger.borrow_mut().take_taken_back()) {

@@ -137,6 +137,56 @@ impl Connector for SimConnector {
     }
 }
 
+/// The bridge's stdout as another process's pipe: now and then a write or
+/// a flush is put off to the next poll, so that the client (which, on a
+/// real machine, runs beside the bridge) may read what was written before
+/// the bridge goes on: what the bridge does after writing a reply (and
+/// would not do if it were killed then) is then seen not done.
+struct Preempted {
+    inner: piper::Writer,
+    rng: Rng,
+}
+
+impl Preempted {
+    fn put_off(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        let put_off = self.rng.chance(20);
+        if put_off {
+            cx.waker().wake_by_ref();
+        }
+        put_off
+    }
+}
+
+impl futures_lite::AsyncWrite for Preempted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        if self.put_off(cx) {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        if self.put_off(cx) {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
 /// Where a long call's line says its length (as many digits).
 const LEN_PLACEHOLDER: &str = "@@@@@@@@@@";
 
@@ -278,6 +328,7 @@ async fn app(
     legacy: bool,
     up: Rc<Cell<bool>>,
     squatted: Rc<Cell<bool>>,
+    waits: SharedWaits,
     judge: Rc<Judge>,
     mut rng: Rng,
 ) {
@@ -297,7 +348,7 @@ async fn app(
             ),
         };
         judge.event(format!("app: instance {} ({:?})", conn.instance, death));
-        let served = instance(conn, death, legacy, &judge, rng.fork()).await;
+        let served = instance(conn, death, legacy, &waits, &judge, rng.fork()).await;
         if served && rng.chance(40) {
             // Away for a while: restarting, or gone past the bounds.
             up.set(false);
@@ -332,7 +383,14 @@ async fn app(
 /// One instance: answers what it is asked
 /// (late, in any order) until it dies or the bridge hangs up. Whether it
 /// died (as opposed to being left).
-async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut rng: Rng) -> bool {
+async fn instance(
+    conn: Conn,
+    death: Death,
+    legacy: bool,
+    waits: &SharedWaits,
+    judge: &Rc<Judge>,
+    mut rng: Rng,
+) -> bool {
     let Conn {
         reader,
         writer,
@@ -362,6 +420,10 @@ async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut
     let mut read = 0u64;
     let mut questions = 0u64;
     let mut asked = std::collections::HashMap::new();
+    // The requests handed to this instance before it served: once it
+    // serves, their waits start again (a new outage, if it hangs up).
+    let handed: Rc<std::cell::RefCell<Option<Vec<Value>>>> = Rc::default();
+    *handed.borrow_mut() = Some(Vec::new());
     let answers = smol::LocalExecutor::new();
     let serve = async {
         if let Death::InLong(short) = death {
@@ -416,6 +478,19 @@ async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut
                 }
                 _ => {}
             }
+            let requests = match &value {
+                Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            let ids: Vec<Value> = requests
+                .iter()
+                .filter(|r| r.get("method").is_some())
+                .filter_map(|r| r.get("id").cloned())
+                .collect();
+            match handed.borrow_mut().as_mut() {
+                Some(before) => before.extend(ids),
+                None => Waits::restart(waits, &ids),
+            }
             if value.get("method").is_none() && value.get("id").is_some() {
                 // The client's reply to a question of ours: ours, and to
                 // that very question.
@@ -461,6 +536,7 @@ async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut
                 };
                 let writer = writer.clone();
                 let judge = judge.clone();
+                let (handed, waits) = (handed.clone(), waits.clone());
                 let mut rng = rng.fork();
                 answers
                     .spawn(async move {
@@ -488,6 +564,10 @@ async fn instance(conn: Conn, death: Death, legacy: bool, judge: &Rc<Judge>, mut
                         if write_chunked(&mut writer, &line, &mut rng).await {
                             for token in token {
                                 judge.app_answered(&token, instance as usize);
+                            }
+                            let before = handed.borrow_mut().take();
+                            if let Some(before) = before {
+                                Waits::restart(&waits, &before);
                             }
                         }
                     })
@@ -607,7 +687,9 @@ type SharedWaits = Rc<std::cell::RefCell<Waits>>;
 
 impl Waits {
     /// Longest a request may wait for its answer under `config`, net of the
-    /// client's pauses in reading stdout (docs/bridge.md, "The bounds"):
+    /// client's pauses in reading stdout, counted from when it was sent or
+    /// last with an instance that serves (whose hang-up starts a new
+    /// outage: docs/bridge.md, "The bounds"):
     /// held at most `--connect-timeout` at first, or through an outage of
     /// at most `--reconnect-timeout` (met within half a second), which an
     /// instance that reached the bridge just before the first bound may
@@ -625,6 +707,18 @@ impl Waits {
         let at = (clock::now(), w.paused);
         for id in ids {
             w.sent.insert(judge::id_key(id), at);
+        }
+    }
+
+    /// The requests `ids` are with an instance that serves: a hang-up of
+    /// it starts a new outage, so their waits start again.
+    fn restart(waits: &SharedWaits, ids: &[Value]) {
+        let mut w = waits.borrow_mut();
+        let at = (clock::now(), w.paused);
+        for id in ids {
+            if let Some(sent) = w.sent.get_mut(&judge::id_key(id)) {
+                *sent = at;
+            }
         }
     }
 
@@ -667,6 +761,7 @@ async fn client_reader(
     stdin: Stdin,
     probe: Probe,
     waits: SharedWaits,
+    kept: Option<(Config, Era)>,
     judge: Rc<Judge>,
     mut rng: Rng,
 ) {
@@ -708,6 +803,11 @@ async fn client_reader(
                         let modern = item["result"]["supportedVersions"].is_array();
                         probe.set(Some(modern));
                     }
+                    if let (Some((config, era)), Some(_)) = (&kept, item.get("result")) {
+                        if id == Some(&json!(0)) {
+                            opening_kept(config, *era, &judge);
+                        }
+                    }
                     if let Some(waited) = id.and_then(|id| Waits::answered(&waits, id)) {
                         let bound = waits.borrow().bound;
                         if waited > bound {
@@ -726,6 +826,17 @@ async fn client_reader(
             clock::after(pause).await;
             waits.borrow_mut().paused += pause;
         }
+    }
+}
+
+/// The client has a result to its opening: the cache holds one by now
+/// (kept before the client has it), so that a client that kills the bridge
+/// the moment it has its answer (the TypeScript 2.x SDK's probe) does not
+/// take the answer with it.
+fn opening_kept(config: &Config, era: Era, judge: &Judge) {
+    let request = serde_json::to_vec(&opening(era)).unwrap();
+    if Cache::of(config, None).answer(&request).is_none() {
+        judge.fail("the client has a result to its opening, but the cache holds none: a bridge killed now would have lost it".to_string());
     }
 }
 
@@ -998,7 +1109,10 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         connector,
         answers,
         stdin_reader,
-        stdout_writer,
+        Preempted {
+            inner: stdout_writer,
+            rng: rng.fork(),
+        },
         None,
         None,
     );
@@ -1028,24 +1142,26 @@ pub(super) fn play(seed: u64, era: Era) -> Played {
         })
         .detach();
     }
+    let waits = SharedWaits::default();
+    waits.borrow_mut().bound = Waits::bound(&config);
     ex.spawn(app(
         conns_rx,
         legacy_app,
         up,
         squatted,
+        waits.clone(),
         judge.clone(),
         rng.fork(),
     ))
     .detach();
     let stdin: Stdin = Rc::new(smol::lock::Mutex::new(Some(stdin_writer)));
     let probe: Probe = Rc::new(Cell::new(None));
-    let waits = SharedWaits::default();
-    waits.borrow_mut().bound = Waits::bound(&config);
     let reader = ex.spawn(client_reader(
         stdout_reader,
         stdin.clone(),
         probe.clone(),
         waits.clone(),
+        cache_dir.as_ref().map(|_| (config.clone(), era)),
         judge.clone(),
         rng.fork(),
     ));

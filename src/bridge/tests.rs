@@ -346,14 +346,28 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Tee<W> {
 }
 
 /// Answers kept in memory, noting for each answer learnt whether its
-/// reply had been written to stdout by then.
+/// reply had been written to stdout by then, and by the time it was
+/// settled.
 #[derive(Default)]
 struct Remembered {
     kept: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Each [`Answers::learn`]: the request and whether stdout had the
-    /// app's reply to it when it came.
-    learnt: Rc<RefCell<Vec<(Learnt, bool)>>>,
+    /// Each [`Answers::learn`]: the request, whether stdout had the app's
+    /// reply to it when it came, and whether it had it at the
+    /// [`Answers::settle`] after (`None`: not settled).
+    learnt: Kept,
     written: Written,
+}
+
+/// See [`Remembered::learnt`].
+type Kept = Rc<RefCell<Vec<(Learnt, bool, Option<bool>)>>>;
+
+impl Remembered {
+    fn replied(&self, learnt: &Learnt) -> bool {
+        match &learnt.result {
+            Some(result) => contains(&self.written.borrow(), result),
+            None => false,
+        }
+    }
 }
 
 impl Answers for Remembered {
@@ -366,13 +380,16 @@ impl Answers for Remembered {
     }
 
     fn learn(&mut self, learnt: Learnt) {
-        let written = self.written.borrow();
-        let replied = match &learnt.result {
-            Some(result) => contains(&written, result),
-            None => false,
-        };
-        drop(written);
-        self.learnt.borrow_mut().push((learnt, replied));
+        let replied = self.replied(&learnt);
+        self.learnt.borrow_mut().push((learnt, replied, None));
+    }
+
+    fn settle(&mut self) {
+        for (learnt, _, settled) in self.learnt.borrow_mut().iter_mut() {
+            if settled.is_none() {
+                *settled = Some(self.replied(learnt));
+            }
+        }
     }
 
     fn served_by(&mut self, _: crate::endpoint::ServerUser) {}
@@ -1595,11 +1612,12 @@ fn a_probe_a_legacy_app_hangs_up_on_is_answered_and_initialize_goes_on() {
     ended_well(ended, ());
 }
 
-/// The cache is written once the reply it learns from is on stdout, never
-/// from inside the decision (a slow disk must not hold a reply up), and
-/// what it learns is what the app answered.
+/// An answer is kept before its reply reaches stdout (a client may kill
+/// the bridge the moment it has it) and made durable after (a slow disk
+/// must not hold a reply up), never from inside the decision, and what is
+/// kept is what the app answered.
 #[test]
-fn an_answer_is_learnt_after_its_reply_is_written() {
+fn an_answer_is_kept_before_its_reply_is_written_and_settled_after() {
     let learnt = Rc::new(RefCell::new(Vec::new()));
     let seen = learnt.clone();
     let answers = move |_: &Config, written: Written| -> Box<dyn Answers> {
@@ -1629,7 +1647,7 @@ fn an_answer_is_learnt_after_its_reply_is_written() {
     let learnt = learnt.borrow();
     let methods: Vec<_> = learnt
         .iter()
-        .map(|(l, _)| crate::envelope::json::member(&l.request, "method").map(<[u8]>::to_vec))
+        .map(|(l, _, _)| crate::envelope::json::member(&l.request, "method").map(<[u8]>::to_vec))
         .collect();
     assert_eq!(
         methods,
@@ -1638,11 +1656,14 @@ fn an_answer_is_learnt_after_its_reply_is_written() {
             Some(b"\"tools/list\"".to_vec())
         ]
     );
-    for (learnt, replied) in learnt.iter() {
-        assert!(
-            replied,
-            "learnt before its reply was written: {}",
-            String::from_utf8_lossy(&learnt.request)
+    for (learnt, replied, settled) in learnt.iter() {
+        let request = String::from_utf8_lossy(&learnt.request);
+        assert!(!replied, "kept after its reply was written: {}", request);
+        assert_eq!(
+            *settled,
+            Some(true),
+            "settled before its reply: {}",
+            request
         );
     }
     assert_eq!(

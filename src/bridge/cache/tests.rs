@@ -62,6 +62,8 @@ fn the_directory_holds_a_bounded_number_of_answers_and_nothing_else_goes() {
         let mut cache = Cache::open(Some(&dir), Path::new("/run/a.sock"), &n.to_string(), None);
         cache.served_by(ServerUser::own().unwrap());
         cache.learn(&initialize("2025-06-18"), Some(b"{}"));
+        // (The bound is kept when what was learnt is settled.)
+        cache.settle();
     }
     // The limit's worth of answers, and the file the bridge did not write.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), FILE_LIMIT + 1);

@@ -175,7 +175,9 @@ impl Dir {
 
     /// Writes the file `name` whole: a new `0600` file beside it, synced,
     /// renamed over it, all in the directory held. A file there that the
-    /// bridge did not write is left as it is, and the write fails.
+    /// bridge did not write is left as it is, and the write fails. Any
+    /// process that opens the file from now on reads it whole; the rename
+    /// lasts through a power cut once [`Dir::sync`] is done.
     pub(super) fn write(&self, name: &str, text: &[u8]) -> io::Result<()> {
         let temporary = {
             let mut temporary = String::from(".");
@@ -210,14 +212,15 @@ impl Dir {
         let renamed = written.and_then(|()| {
             rustix::fs::renameat(&self.0, &temporary, &self.0, name).map_err(io::Error::from)
         });
-        match renamed {
-            // The rename itself lasts once the directory is synced.
-            Ok(()) => rustix::fs::fsync(&self.0).map_err(io::Error::from),
-            Err(e) => {
-                let _ = rustix::fs::unlinkat(&self.0, &temporary, AtFlags::empty());
-                Err(e)
-            }
+        if renamed.is_err() {
+            let _ = rustix::fs::unlinkat(&self.0, &temporary, AtFlags::empty());
         }
+        renamed
+    }
+
+    /// Makes the renames done so far last: the directory synced.
+    pub(super) fn sync(&self) -> io::Result<()> {
+        rustix::fs::fsync(&self.0).map_err(io::Error::from)
     }
 
     /// The bridge's answer files (by name, see `super::is_answer_file`)

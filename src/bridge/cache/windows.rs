@@ -158,7 +158,8 @@ impl Dir {
 
     /// Writes the file `name` whole: a new file beside it, synced, renamed
     /// over it. A file there that the bridge did not write is left as it
-    /// is, and the write fails.
+    /// is, and the write fails. Any process that opens the file from now on
+    /// reads it whole.
     pub(super) fn write(&self, name: &str, text: &[u8]) -> io::Result<()> {
         match self.ours(name) {
             Ok(true) => {}
@@ -190,6 +191,12 @@ impl Dir {
                 Err(e)
             }
         }
+    }
+
+    /// Makes the renames done so far last: nothing to do (NTFS journals a
+    /// rename with its metadata; a directory cannot be flushed).
+    pub(super) fn sync(&self) -> io::Result<()> {
+        Ok(())
     }
 
     /// The bridge's answer files (by name, see `super::is_answer_file`)

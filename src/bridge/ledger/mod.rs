@@ -337,7 +337,7 @@ pub(super) struct Ledger {
     /// asked, never written (see [`super::answers`]).
     answers: Box<dyn Answers>,
     /// What the app answered that the answers cache keeps, for the I/O
-    /// side to write once the reply is on its way ([`Ledger::take_learnt`]).
+    /// side to write before the reply goes out ([`Ledger::take_learnt`]).
     learnt: Vec<Learnt>,
     /// The app is known not to be there: the cache may answer.
     app_absent: bool,
@@ -367,7 +367,7 @@ impl Ledger {
     }
 
     /// What the app answered that the cache is to keep, oldest first; the
-    /// I/O side hands each to [`Answers::learn`] once the replies it came
+    /// I/O side hands each to [`Answers::learn`] before the replies it came
     /// with are written.
     pub(super) fn take_learnt(&mut self) -> Vec<Learnt> {
         std::mem::take(&mut self.learnt)
