@@ -19,9 +19,9 @@ use crate::envelope::{array_of_errors, push_error_response};
 /// The JSON-RPC error code of every error response the crate writes itself
 /// (the bridge's answers, the host's refusal line): the first of the
 /// "server error" range JSON-RPC reserves for the implementation, which
-/// MCP CLIs show as `MCP error -32000: <message>`. The one definition of
-/// `-32000`; the host re-exports it as `host::REFUSAL_CODE`.
-pub const ERROR_CODE: i64 = -32000;
+/// MCP CLIs show as `MCP error -32000: <message>`. Defined once, beside the
+/// error line's writer; the host re-exports it as `host::REFUSAL_CODE`.
+pub const ERROR_CODE: i64 = crate::envelope::ERROR_CODE;
 
 /// Why the bridge answered instead of the app: `data.reason` of its errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

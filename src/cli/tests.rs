@@ -554,3 +554,71 @@ fn version_names_the_build() {
     );
     assert!(line.contains(env!("MCP_BRIDGE_TARGET")), "{}", line);
 }
+
+/// The library's words name the fault, never one of `mcp-server`'s flags
+/// (see `hint.rs`): its messages also reach apps that call it with no such
+/// options, and MCP clients in the bridge's errors. Every line of code
+/// outside the binary's own files (the command line, `main.rs`, and the
+/// doctor and the demo, which speak in the options) is checked for a flag
+/// of the usage text; comments may name them. (The sources are the same on
+/// every platform: read once, where the tree's paths are the build's.)
+#[cfg(unix)]
+#[test]
+fn the_library_names_no_flag_of_the_binary() {
+    let usage = include_str!("usage_full.txt");
+    let mut flags: Vec<&str> = usage
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|word| word.len() > 2 && word.starts_with("--"))
+        .collect();
+    flags.sort_unstable();
+    flags.dedup();
+    assert!(flags.contains(&"--no-cache"), "{:?}", flags);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let binarys = ["cli", "main.rs", "doctor", "demo.rs"];
+    let mut found = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if dir == src && binarys.contains(&name.as_str()) {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            // Tests speak to the binary too.
+            if !name.ends_with(".rs") || name == "tests.rs" || name == "sim.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let named = flags.iter().find(|flag| {
+                    code.match_indices(**flag).any(|(at, _)| {
+                        let next = code[at + flag.len()..].chars().next();
+                        !next.map_or(false, |c| c.is_ascii_alphanumeric() || c == '-')
+                    })
+                });
+                if let Some(flag) = named {
+                    found.push(format!(
+                        "{}:{}: {} in {}",
+                        path.display(),
+                        n + 1,
+                        flag,
+                        code
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "library code naming a flag:\n{}",
+        found.join("\n")
+    );
+}

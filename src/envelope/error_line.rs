@@ -13,9 +13,7 @@
 /// The JSON-RPC error code of every error response the crate writes
 /// itself: `-32000`, the first of JSON-RPC's "server error" codes, which
 /// MCP CLIs show as `MCP error -32000`. Written here once; the bridge's
-/// answers and the host's refusal line both use it.
-// Until src/bridge/answer.rs imports it, the bridge-only build has no user.
-#[cfg_attr(not(feature = "host"), allow(dead_code))]
+/// answers (`bridge::ERROR_CODE`) and the host's refusal line both use it.
 pub const ERROR_CODE: i64 = -32000;
 
 /// A JSON-RPC error response line for a request whose id was `raw_id`

@@ -391,8 +391,7 @@ impl Cache {
             super::say(
                 self.log.as_ref(),
                 &format!(
-                    "not using the answers cache '{}': {} (the session goes on without it; \
-                     --no-cache turns it off)",
+                    "not using the answers cache '{}': {} (the session goes on without it)",
                     dir.display(),
                     error
                 ),
