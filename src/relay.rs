@@ -106,12 +106,16 @@ impl std::error::Error for RelayError {
 }
 
 /// Errors that mean "the other end went away", not "something broke".
+/// `WriteZero` is `write_all`'s word for a writer that takes nothing more:
+/// a stream whose reader is gone for good (an in-memory pipe's, where a
+/// socket says `EPIPE`).
 pub(crate) fn is_hangup(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::BrokenPipe
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::WriteZero
     )
 }
 

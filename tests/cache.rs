@@ -71,6 +71,10 @@ fn answer(name: &str, message: &Value, count: usize) -> Value {
             if name.starts_with("big") {
                 result["instructions"] = big().into();
             }
+            if name.starts_with("static") {
+                // Declares no listChanged: says nothing when its tools change.
+                result["capabilities"]["tools"] = json!({});
+            }
             result
         }
         "server/discover" => {
@@ -957,6 +961,68 @@ fn a_client_before_the_app_gets_the_last_lists_and_a_call_the_reason() {
         );
         client.finish().await;
         later.stop();
+    });
+}
+
+/// An app upgraded while away, which declares no `listChanged`: the client
+/// was given its old tools from the cache, and once the new version is
+/// there it is told the tools may have changed (never stale in silence),
+/// and lists the new ones.
+#[test]
+fn a_client_given_cached_tools_is_told_they_may_have_changed() {
+    let setup = Setup::new("upgraded", 0o755);
+    let (socket, cache) = (setup.socket(), setup.cache());
+    let list = request(2, "tools/list", json!({}));
+    smol::block_on(async {
+        let old = App::start(&setup.dir, &socket, None, "static-old");
+        session(
+            &socket,
+            &cache,
+            &[],
+            &[initialize(1, "2025-06-18"), list.clone()],
+        )
+        .await;
+        old.stop();
+
+        let mut client = bridge(&socket, &cache, "allowed", &[]);
+        let reply = ask(&mut client, &initialize(1, "2025-06-18"), 1).await;
+        assert_eq!(
+            reply["result"]["capabilities"]["tools"],
+            json!({}),
+            "{}",
+            reply
+        );
+        client.send(INITIALIZED).await;
+        let reply = ask(&mut client, &list, 2).await;
+        assert_eq!(
+            reply["result"]["tools"][0]["name"], "static-old-tool-1",
+            "{}",
+            reply
+        );
+
+        let new = App::start(&setup.dir, &socket, None, "static-new");
+        let told = within("the client to be told its tools may have changed", async {
+            loop {
+                let message = client.json().await;
+                if message.get("method").is_some() {
+                    return message;
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            told["method"], "notifications/tools/list_changed",
+            "{}",
+            told
+        );
+        let reply = ask(&mut client, &request(3, "tools/list", json!({})), 3).await;
+        assert_eq!(
+            reply["result"]["tools"][0]["name"], "static-new-tool-1",
+            "{}",
+            reply
+        );
+        client.finish().await;
+        new.stop();
     });
 }
 

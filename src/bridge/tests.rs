@@ -468,6 +468,40 @@ fn a_failed_resume_attempt_is_retried_and_lists_are_announced_as_the_client_was_
     ended_well(ended, ());
 }
 
+/// A list the client was given is announced changed after a restart even
+/// when the app never declared `listChanged` (an app upgraded while away
+/// may list other tools, and the client keeps what it has until told);
+/// a list it was neither given nor told may change is not.
+#[test]
+fn a_list_the_client_was_given_is_announced_whatever_the_app_declared() {
+    let (ended, ()) = run(
+        quick(),
+        |_| {},
+        |mut h| async move {
+            let mut app = h.initialized(json!({"tools":{}, "prompts":{}})).await;
+            h.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+                .await;
+            assert_eq!(app.line().await["method"], "tools/list");
+            app.send(json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"old_a"}]}}))
+                .await;
+            assert_eq!(h.line().await["result"]["tools"][0]["name"], "old_a");
+            drop(app);
+            let mut app = h.app().await;
+            app.accept_replay(json!({"tools":{}, "prompts":{}}), 1)
+                .await;
+            assert_eq!(h.line().await["method"], "notifications/tools/list_changed");
+            h.send(call(2)).await;
+            let request = app.line().await;
+            app.send(reply(&request["id"])).await;
+            // The call's answer, and no prompts notification before it.
+            assert_eq!(h.line().await["id"], 2);
+            assert_eq!(h.finish().await, Vec::<Value>::new());
+            drop(app);
+        },
+    );
+    ended_well(ended, ());
+}
+
 #[test]
 fn instances_that_die_before_they_serve_are_a_crash_loop_and_one_that_serves_is_taken_back() {
     let bounds = Bounds {

@@ -660,9 +660,10 @@ impl Ledger {
         };
         self.owed_client
             .extend_from_slice(&answer::result_line(id, &result));
-        match method {
-            Method::Initialize => self.record.accepted(text.clone(), &result, true),
-            Method::Discover => self.record.modern(),
+        match (method, text) {
+            (Method::Initialize, _) => self.record.accepted(text.clone(), &result, true),
+            (Method::Discover, _) => self.record.modern(),
+            (Method::List, Some(text)) => self.record.given_list(&text.line),
             _ => {}
         }
         true
@@ -917,6 +918,11 @@ impl Ledger {
                 match sent.method {
                     Method::Initialize => self.record.accepted(sent.text, result, false),
                     Method::Discover => self.record.modern(),
+                    Method::List => {
+                        if let Some(text) = &sent.text {
+                            self.record.given_list(&text.line);
+                        }
+                    }
                     _ => {}
                 }
             }

@@ -122,6 +122,10 @@ pub(in crate::bridge) fn listed(filter: &[u8]) -> Vec<&'static str> {
     .collect()
 }
 
+/// The lists a client can be told have changed, in the order of
+/// [`Record::listed`].
+pub(in crate::bridge) const LISTS: [&str; 3] = ["tools", "prompts", "resources"];
+
 /// What the client was told by the `initialize` result it got.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(in crate::bridge) struct Told {
@@ -180,6 +184,10 @@ pub(in crate::bridge) struct Record {
     pub(in crate::bridge) set_level: Option<Recorded>,
     pub(in crate::bridge) subscribe: Vec<Recorded>,
     pub(in crate::bridge) listens: Vec<Listen>,
+    /// The lists ([`LISTS`]) the client was given a page of, by an app
+    /// instance or from the cache: after a restart it is told they may
+    /// have changed, whatever the app declared.
+    pub(in crate::bridge) listed: [bool; 3],
 }
 
 impl Default for Record {
@@ -194,6 +202,7 @@ impl Default for Record {
             set_level: None,
             subscribe: Vec::new(),
             listens: Vec::new(),
+            listed: [false; 3],
         }
     }
 }
@@ -219,6 +228,19 @@ impl Record {
         if self.era == Era::Unknown {
             self.era = Era::Modern;
         }
+    }
+
+    /// The client was given a page of the list `request` (its line) asks
+    /// for.
+    pub(in crate::bridge) fn given_list(&mut self, request: &[u8]) {
+        let method = member(request, "method").unwrap_or(b"");
+        let list = match method {
+            b"\"tools/list\"" => 0,
+            b"\"prompts/list\"" => 1,
+            // (One notification covers the resources and their templates.)
+            _ => 2,
+        };
+        self.listed[list] = true;
     }
 
     /// `notifications/initialized`.

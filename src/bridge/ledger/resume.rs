@@ -10,11 +10,14 @@
 //!   subscriptions, under ids of the bridge's own, but only those the new
 //!   instance declares it supports. The client is told the lists may have
 //!   changed (`notifications/<list>/list_changed`, for each list it was
-//!   told about with `listChanged`).
+//!   told about with `listChanged`, and each it was given a page of,
+//!   whatever the app declared).
 //! - **2026-07-28 era**: nothing to replay but the open
 //!   `subscriptions/listen` requests, sent again under the client's own
 //!   ids; each acknowledgement then brings the client one tagged
-//!   `list_changed` per list the listen asked for (see the ledger).
+//!   `list_changed` per list the listen asked for (see the ledger). A list
+//!   the client was given that no listen asks about is said (the era has
+//!   no untagged notification to tell it with).
 //!
 //! What cannot be carried over (another protocol version, a list, the
 //! log level or subscriptions the new instance does not offer, or
@@ -27,10 +30,8 @@
 //! session asks two questions ([`Ledger::start_instance`],
 //! [`Ledger::taken_back`]) and writes what they return.
 
+use super::record::{listed, LISTS};
 use super::{answer, Ledger, ListenState, Ours, Told};
-
-/// The lists a client can be told have changed.
-const LISTS: [&str; 3] = ["tools", "prompts", "resources"];
 
 impl Ledger {
     /// What to send a new instance first, and whether it must take the
@@ -47,7 +48,29 @@ impl Ledger {
             return (first, true);
         }
         self.listens(resumed, &mut first);
+        if resumed {
+            self.unannounced();
+        }
         (first, false)
+    }
+
+    /// A 2026-07-28 session resumed: the lists the client was given that
+    /// no open listen asks about, which it cannot be told may have changed
+    /// (no untagged notification in that era), are said.
+    fn unannounced(&mut self) {
+        for (list, given) in LISTS.iter().zip(self.record.listed) {
+            let asked = self.record.listens.iter().any(|listen| {
+                let filter = listen.text.param("notifications").unwrap_or(b"");
+                listed(filter).contains(list)
+            });
+            if given && !asked {
+                self.lost.push(format!(
+                    "the client was given the app's {} list before the restart and has no \
+                     subscriptions/listen for it: it cannot be told the list may have changed",
+                    list
+                ));
+            }
+        }
     }
 
     /// The open listens, sent again (or for the first time).
@@ -112,8 +135,12 @@ impl Ledger {
             }
         }
         self.listens(true, &mut rest);
-        for list in LISTS {
-            if told.declares(list).1 {
+        // Each list the client was told may change, and each it was given
+        // (by an instance before, or from the cache), whatever the app
+        // declares: an app upgraded while it was away may list other tools,
+        // and a client keeps what it was given until told.
+        for (list, given) in LISTS.iter().zip(self.record.listed) {
+            if told.declares(list).1 || given {
                 self.owed_client
                     .extend_from_slice(&answer::list_changed(list, None));
             }
