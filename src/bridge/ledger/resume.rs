@@ -15,9 +15,7 @@
 //! - **2026-07-28 era**: nothing to replay but the open
 //!   `subscriptions/listen` requests, sent again under the client's own
 //!   ids; each acknowledgement then brings the client one tagged
-//!   `list_changed` per list the listen asked for (see the ledger). A list
-//!   the client was given that no listen asks about is said (the era has
-//!   no untagged notification to tell it with).
+//!   `list_changed` per list the listen asked for (see the ledger).
 //!
 //! What cannot be carried over (another protocol version, a list, the
 //! log level or subscriptions the new instance does not offer, or
@@ -30,7 +28,7 @@
 //! session asks two questions ([`Ledger::start_instance`],
 //! [`Ledger::taken_back`]) and writes what they return.
 
-use super::record::{listed, LISTS};
+use super::record::LISTS;
 use super::{answer, Ledger, ListenState, Ours, Told};
 
 impl Ledger {
@@ -48,29 +46,7 @@ impl Ledger {
             return (first, true);
         }
         self.listens(resumed, &mut first);
-        if resumed {
-            self.unannounced();
-        }
         (first, false)
-    }
-
-    /// A 2026-07-28 session resumed: the lists the client was given that
-    /// no open listen asks about, which it cannot be told may have changed
-    /// (no untagged notification in that era), are said.
-    fn unannounced(&mut self) {
-        for (list, given) in LISTS.iter().zip(self.record.listed) {
-            let asked = self.record.listens.iter().any(|listen| {
-                let filter = listen.text.param("notifications").unwrap_or(b"");
-                listed(filter).contains(list)
-            });
-            if given && !asked {
-                self.lost.push(format!(
-                    "the client was given the app's {} list before the restart and has no \
-                     subscriptions/listen for it: it cannot be told the list may have changed",
-                    list
-                ));
-            }
-        }
     }
 
     /// The open listens, sent again (or for the first time).
