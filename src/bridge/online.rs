@@ -148,7 +148,7 @@ where
             let drained = future::or(async { Some((&mut down).await) }, async {
                 Some((&mut input_closed).await.map(Down::Done))
             });
-            match super::session::boxed(crate::wait::timeout(APP_GONE_DRAIN, drained)).await {
+            match super::boxed(crate::wait::timeout(APP_GONE_DRAIN, drained)).await {
                 Some(Some(Ok(Down::Done(ending)))) => Ok(End::Done(ending)),
                 Some(Some(Err(e))) => Err(e),
                 _ => Ok(End::HungUp),
@@ -157,7 +157,7 @@ where
         // Client EOF: tell the app (half-close) and drain in-flight
         // replies, both within one deadline.
         Up::Eof(writer) => {
-            let drained = super::session::boxed(crate::relay::close_and_drain(
+            let drained = super::boxed(crate::relay::close_and_drain(
                 writer,
                 &mut down,
                 drain_grace,

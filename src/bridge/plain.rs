@@ -69,7 +69,7 @@ where
     };
     let (mut stdin, mut stdout, mut reader) = (stdin, stdout, reader);
     let (mut up, mut down_watch) = (up, down_watch);
-    let relayed = super::session::boxed(relay::relay_watched(
+    let relayed = super::boxed(relay::relay_watched(
         &mut stdin as &mut DynRead<'_>,
         &mut stdout as &mut DynWrite<'_>,
         &mut reader as &mut DynRead<'_>,

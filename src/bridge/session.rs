@@ -48,7 +48,7 @@ use super::engine::{Absence, Engine, Failure, HungUp, Origin};
 use super::ledger::{Ledger, TakenBack};
 use super::online::{self, End, Link};
 use super::outage::{Ended, Outage};
-use super::{say, say_args, BridgeError, Config, Connected, Connector};
+use super::{boxed, say, say_args, BridgeError, Config, Connected, Connector};
 use crate::relay::{Ending, RelayError, Stage};
 use crate::stdio::Hangups;
 use crate::traffic_log::{Direction, LineTap, TrafficLog};
@@ -567,16 +567,6 @@ fn attempt<'c, C: Connector, R, W>(
         }
         connected
     }
-}
-
-/// A phase (or the relay) as a future of its own, polled through a
-/// pointer: the session's future then holds one box instead of the union
-/// of every phase's state, and its code is 5.5 KB smaller (bridge-only
-/// build). One allocation per phase, beside a connection's many.
-pub(super) fn boxed<'f, T>(
-    f: impl Future<Output = T> + 'f,
-) -> Pin<Box<dyn Future<Output = T> + 'f>> {
-    Box::pin(f)
 }
 
 /// What a failed attempt tells the [engine](Engine), read off the
