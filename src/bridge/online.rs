@@ -342,7 +342,7 @@ where
 {
     loop {
         // Kept before the client has the replies they came with.
-        learn(ledger);
+        let learnt = learn(ledger);
         // The bridge's lines first: they arose before what was just read.
         write_owed(app, stdout, ledger, log).await?;
         loop {
@@ -374,7 +374,9 @@ where
             }
             return Err(write_error(Stage::WriteClient, e));
         }
-        settle(ledger);
+        if learnt {
+            settle(ledger);
+        }
         let read = async { Some(read_app(reader, app, ledger).await) };
         let woken = async {
             signals.down.wait().await;
@@ -450,12 +452,16 @@ async fn read_some(
 }
 
 /// Hands the answers cache what the app answered, before the replies it
-/// came with are written (see [`super::answers`]).
-pub(super) fn learn(ledger: &RefCell<Ledger>) {
+/// came with are written (see [`super::answers`]): whether there was any
+/// (then [`settle`] it once they are written).
+pub(super) fn learn(ledger: &RefCell<Ledger>) -> bool {
     let mut ledger = ledger.borrow_mut();
-    for learnt in ledger.take_learnt() {
+    let learnt = ledger.take_learnt();
+    let any = !learnt.is_empty();
+    for learnt in learnt {
         ledger.answers().learn(learnt);
     }
+    any
 }
 
 /// Lets the answers cache make what it learnt last durable, now that the
